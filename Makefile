@@ -1,0 +1,48 @@
+# agentrt: `make run` starts the server, `make test` runs the whole suite.
+# Needs only Python 3.11+ and make; everything else is installed into .venv from uv.lock.
+
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: help install run test lint format typecheck bench bench-quick clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+
+$(VENV)/.installed: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --python $(PYTHON)
+	@touch $@
+
+install: $(VENV)/.installed ## Create .venv and install the locked dependencies
+
+run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DATABASE_URL is set)
+	$(BIN)/agentrt serve
+
+test: install ## Run the whole test suite (real Postgres, scripted models)
+	$(BIN)/python -m pytest
+
+lint: install ## ruff lint + format check, mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install ## Format the code
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
+	$(BIN)/python -m bench.run
+
+bench-quick: install ## A one-minute version of the benchmarks
+	$(BIN)/python -m bench.run --quick
+
+clean: ## Remove the virtual environments (keeps .agentrt data)
+	rm -rf $(VENV) $(TOOLS)

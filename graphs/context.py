@@ -1,0 +1,33 @@
+"""The per-run context handed to every node through `Runtime[RunContext]`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant running inside agentrt. Use the tools you are given when they "
+    "help, and answer plainly."
+)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a run needs that is not graph state: identity, model, tools and limits.
+
+    It is not checkpointed; the server rebuilds it for every attempt. Defaults let LangGraph
+    tooling (`langgraph dev`) run the graph with the offline demo model.
+    """
+
+    run_id: str = "local"
+    conversation_id: str = "local"
+    tenant_id: str = "default"
+    user_id: str = "local"
+    model: BaseChatModel | None = None
+    tools: Sequence[BaseTool] = field(default_factory=tuple)
+    max_steps: int = 12
+    tool_timeout_s: float = 30.0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT

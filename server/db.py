@@ -1,0 +1,109 @@
+"""Database access: the embedded server, the one connection pool, and schema migrations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Any constant works; it only has to be the same in every process that migrates.
+_MIGRATION_LOCK = 7_262_616_001
+
+Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """Return `DATABASE_URL`, or start the embedded PostgreSQL and return its URL.
+
+    The embedded server keeps its data in `settings.data_dir / "pg"`, so runs survive restarts.
+    It is left running on exit (`cleanup_mode=None`) so that several processes (API, workers,
+    CLI) can share it; `pgserver` reuses a server that is already up on the same folder.
+    """
+    if settings.database_url:
+        return settings.database_url
+    import pgserver  # imported lazily: only the embedded mode needs it
+
+    datadir = Path(settings.data_dir).resolve() / "pg"
+    datadir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(datadir, cleanup_mode=None)
+    return str(server.get_uri())
+
+
+def connection_kwargs() -> dict[str, Any]:
+    """Connection options shared by our code and the LangGraph checkpointer."""
+    return {"autocommit": True, "prepare_threshold": None, "row_factory": dict_row}
+
+
+@asynccontextmanager
+async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
+    """Open the process-wide connection pool."""
+    pool: Pool = AsyncConnectionPool(
+        url,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        kwargs=connection_kwargs(),
+        open=False,
+        name="agentrt",
+    )
+    await pool.open(wait=True, timeout=30)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def _migration_files() -> list[tuple[int, str, str]]:
+    folder = resources.files("server") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            found.append((version, entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+@asynccontextmanager
+async def migration_lock(pool: Pool) -> AsyncIterator[AsyncConnection[dict[str, Any]]]:
+    """Hold the migration advisory lock, so concurrent start-ups (API, workers) are safe."""
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        try:
+            yield conn
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+
+
+async def migrate(pool: Pool) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return the applied names."""
+    applied: list[str] = []
+    async with migration_lock(pool) as conn:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT version FROM schema_migrations")
+        done = {row["version"] for row in await cur.fetchall()}
+        for version, name, sql in _migration_files():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql.encode())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                    (version, name),
+                )
+            log.info("applied migration %s", name)
+            applied.append(name)
+    return applied

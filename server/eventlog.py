@@ -1,0 +1,207 @@
+"""The per-run event log: gapless `seq`, snapshot kept in step, and live notification.
+
+Every append locks the run's row, allocates the next `seq` values, folds the events into the
+stored snapshot, moves the run's status, and NOTIFYs listeners, all in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from server.runs import RunStatus, is_terminal
+from server.snapshot import Snapshot, apply_event, empty_snapshot
+
+EVENTS_CHANNEL = "agentrt_events"
+Conn = AsyncConnection[dict[str, Any]]
+
+
+class RunNotFoundError(LookupError):
+    """The run does not exist (or belongs to another tenant)."""
+
+
+class RunFinishedError(RuntimeError):
+    """The run already reached a terminal status; nothing more may be appended."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is already {status}")
+        self.status = status
+
+
+class LeaseLostError(RuntimeError):
+    """Another worker took the run over; this one must stop writing for it."""
+
+
+@dataclass
+class NewEvent:
+    """An event before it is stored: `seq` and `ts` are given at append time."""
+
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StoredEvent:
+    """An event as it is in the log and on the wire."""
+
+    run_id: str
+    seq: int
+    type: str
+    ts: datetime
+    data: dict[str, Any]
+
+    def to_json(self) -> str:
+        """Serialise as the wire format `{"seq","type","runId","ts","data"}`."""
+        return encode_event(self.run_id, self.seq, self.type, self.ts, json.dumps(self.data))
+
+
+def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
+    """Build the wire JSON of an event from its parts; `data_json` is already JSON text."""
+    stamp = ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return f'{{"seq":{seq},"type":"{kind}","runId":"{run_id}","ts":"{stamp}","data":{data_json}}}'
+
+
+@dataclass
+class RunHead:
+    """What an appender must know of a run: its last seq, status, snapshot and lease."""
+
+    run_id: str
+    seq: int
+    status: str
+    attempt: int
+    snapshot: Snapshot
+    generation: int
+
+
+async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
+    """Read the run's head, locking its row when `lock` (inside a transaction)."""
+    cur = await conn.execute(
+        "SELECT last_event_seq, status, attempt, snapshot, lease_generation FROM runs WHERE id = %s"
+        + (" FOR UPDATE" if lock else ""),
+        (run_id,),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    snapshot = row["snapshot"] or empty_snapshot(run_id)
+    return RunHead(
+        run_id, row["last_event_seq"], row["status"], row["attempt"], snapshot,
+        row["lease_generation"],
+    )
+
+
+async def append_events(
+    conn: Conn,
+    run_id: str,
+    events: list[NewEvent],
+    *,
+    generation: int | None = None,
+    head: RunHead | None = None,
+    extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+) -> tuple[RunHead, list[StoredEvent]]:
+    """Append `events` to the run's log in one transaction and return the new head.
+
+    Args:
+        conn: A connection from the pool (autocommit; this opens its own transaction).
+        run_id: The run.
+        events: Events in order.
+        generation: The caller's lease generation (fencing token); None for callers that act
+            on unleased runs, such as the API cancelling a queued run.
+        head: The caller's cached head (a worker's, from its previous append). The update is
+            then conditional on nobody else having appended since; otherwise the row is read.
+        extra: Runs in the same transaction after the events are stored (e.g. store the
+            assistant message together with `run.completed`).
+
+    Raises:
+        LeaseLostError: `generation` is no longer the run's lease generation.
+        RunFinishedError: the run is already terminal.
+        IllegalTransitionError: an event would move the status along a forbidden edge.
+    """
+    async with conn.transaction():
+        if head is None:
+            head = await load_head(conn, run_id, lock=True)
+            if generation is not None and head.generation != generation:
+                raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
+        if is_terminal(head.status):
+            raise RunFinishedError(run_id, head.status)
+        # A copy, so a failed transaction leaves the caller's cached head untouched.
+        snapshot = json.loads(json.dumps(head.snapshot))
+        now = datetime.now(UTC)
+        stored: list[StoredEvent] = []
+        seq = head.seq
+        attempt = head.attempt
+        for event in events:
+            seq += 1
+            if event.type == "run.started":
+                attempt = event.data.get("attempt", attempt)
+            apply_event(snapshot, seq, event.type, event.data)
+            stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
+        async with conn.cursor() as cur:
+            async with cur.copy(
+                "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
+            ) as copy:
+                for ev in stored:
+                    await copy.write_row(
+                        (run_id, ev.seq, ev.type, ev.ts, attempt, json.dumps(ev.data))
+                    )
+            status = snapshot["status"]
+            last = stored[-1] if stored else None
+            failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
+            await cur.execute(
+                """
+                UPDATE runs SET
+                    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
+                    updated_at = now(),
+                    started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running'
+                                          THEN now() END),
+                    finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
+                    error_type = COALESCE(%(error_type)s, error_type),
+                    error_message = COALESCE(%(error_message)s, error_message),
+                    lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
+                    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END
+                WHERE id = %(id)s AND last_event_seq = %(prev)s
+                  AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
+                """,
+                {
+                    "seq": seq,
+                    "snapshot": Jsonb(snapshot),
+                    "status": status,
+                    "terminal": is_terminal(status),
+                    "release": is_terminal(status)
+                    or status in (RunStatus.QUEUED, RunStatus.WAITING_USER),
+                    "error_type": failed.data.get("errorType") if failed else None,
+                    "error_message": failed.data.get("message") if failed else None,
+                    "id": run_id,
+                    "prev": head.seq,
+                    "generation": generation,
+                },
+            )
+            if cur.rowcount != 1:
+                raise LeaseLostError(f"run {run_id}: appended to by someone else")
+            if last is not None:
+                await cur.execute(
+                    "SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, f"{run_id}:{last.seq}")
+                )
+        new_head = RunHead(run_id, seq, status, attempt, snapshot, head.generation)
+        if extra is not None:
+            await extra(conn, new_head)
+    return new_head, stored
+
+
+async def read_events(conn: Conn, run_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
+    """Return up to `limit` events after `after` as (seq, type, wire JSON), oldest first."""
+    cur = await conn.execute(
+        "SELECT seq, type, ts, data::text AS data FROM run_events"
+        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (run_id, after, limit),
+    )
+    return [
+        (r["seq"], r["type"], encode_event(run_id, r["seq"], r["type"], r["ts"], r["data"]))
+        for r in await cur.fetchall()
+    ]

@@ -1,0 +1,86 @@
+"""Turn the LangGraph stream (messages, updates, custom) into SPEC §12 events."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+
+STREAM_MODES = ["messages", "updates", "custom"]
+
+
+class Emit(Protocol):
+    def __call__(self, kind: str, data: dict[str, Any] | None = None) -> None: ...
+
+
+class StreamProjector:
+    """Project one run's stream parts into events, tracking the message items it opened.
+
+    A message item is one assistant message: `message.item.created`, its `message.item.delta`s
+    (the new text of each streamed chunk), then `message.item.completed` with the full text.
+    An item from a model call that did not finish is closed with status `superseded`.
+    """
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self._open: dict[str, list[str]] = {}
+
+    def handle(self, mode: str, chunk: Any) -> None:
+        """Project one `(mode, chunk)` part of `graph.astream(stream_mode=STREAM_MODES)`."""
+        if mode == "messages":
+            message, metadata = chunk
+            if isinstance(message, AIMessageChunk):
+                self._delta(message, metadata.get("langgraph_node"))
+        elif mode == "updates":
+            for node, update in chunk.items():
+                if isinstance(update, dict):
+                    for message in update.get("messages", []):
+                        if isinstance(message, AIMessage):
+                            self._complete(message, node)
+        elif mode == "custom" and isinstance(chunk, dict) and "event" in chunk:
+            data = dict(chunk)
+            self._emit(data.pop("event"), data)
+
+    def supersede_open_items(self, reason: str) -> None:
+        """Close every item still streaming as `superseded` (its call failed or was abandoned)."""
+        for item_id, parts in list(self._open.items()):
+            self._emit(
+                "message.item.completed",
+                {"itemId": item_id, "status": "superseded", "text": "".join(parts),
+                 "reason": reason},
+            )
+        self._open.clear()
+
+    def _delta(self, message: AIMessageChunk, node: str | None) -> None:
+        text = message.text
+        if not text or not message.id:
+            return
+        if message.id not in self._open:
+            self._open[message.id] = []
+            self._emit("message.item.created", {"itemId": message.id, "role": "assistant",
+                                                "node": node})
+        self._open[message.id].append(text)
+        self._emit("message.item.delta", {"itemId": message.id, "delta": text})
+
+    def _complete(self, message: BaseMessage, node: str) -> None:
+        item_id = message.id or ""
+        parts = self._open.pop(item_id, None)
+        if parts is None:
+            if not message.text:
+                return
+            # Not streamed (the model answered in one piece): still one delta, so that
+            # clients that rebuild text from deltas see all of it.
+            self._emit("message.item.created", {"itemId": item_id, "role": "assistant",
+                                                "node": node})
+            self._emit("message.item.delta", {"itemId": item_id, "delta": message.text})
+            parts = [message.text]
+        tool_calls = getattr(message, "tool_calls", [])
+        self._emit(
+            "message.item.completed",
+            {
+                "itemId": item_id,
+                "status": "completed",
+                "text": "".join(parts),
+                "toolCalls": [{"id": c["id"], "name": c["name"]} for c in tool_calls],
+            },
+        )

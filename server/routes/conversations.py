@@ -1,0 +1,126 @@
+"""Conversations and the message that starts a run."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, HTTPException, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from server.auth import CurrentPrincipal, Principal
+from server.store import (
+    conversation_view,
+    create_conversation,
+    create_run,
+    get_conversation,
+    list_messages,
+    list_runs,
+    message_view,
+    run_view,
+)
+
+router = APIRouter(prefix="/api/conversations", tags=["conversations"])
+
+
+class ConversationIn(BaseModel):
+    """Body of `POST /api/conversations`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(default=None, max_length=500)
+    model: str | None = Field(default=None, description="Default model for this conversation.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunOptions(BaseModel):
+    """Per-run options."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
+
+
+class MessageIn(BaseModel):
+    """Body of `POST /api/conversations/{id}/messages`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    model: str | None = None
+    options: RunOptions = Field(default_factory=RunOptions)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def post_conversation(
+    request: Request,
+    body: Annotated[ConversationIn | None, Body()] = None,
+    who: Principal = CurrentPrincipal,
+) -> dict[str, Any]:
+    """Create a conversation (a LangGraph thread)."""
+    body = body or ConversationIn()
+    if body.model is not None:
+        request.app.state.models.validate(body.model)
+    row = await create_conversation(
+        request.app.state.pool, who, body.title, body.model, body.metadata
+    )
+    return conversation_view(row)
+
+
+@router.get("/{conversation_id}")
+async def get_conversation_route(
+    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Return one conversation."""
+    async with request.app.state.pool.connection() as conn:
+        return conversation_view(await get_conversation(conn, who, conversation_id))
+
+
+@router.post("/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED)
+async def post_message(
+    request: Request, conversation_id: str, body: MessageIn, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Store a user message and queue a run for it; answers at once."""
+    settings = request.app.state.settings
+    if not body.content.strip():
+        raise HTTPException(422, "content must not be empty")
+    if len(body.content) > settings.max_message_chars:
+        raise HTTPException(
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            f"content has {len(body.content)} characters; the limit is "
+            f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
+        )
+    pool = request.app.state.pool
+    model = body.model
+    if model is None:
+        async with pool.connection() as conn:
+            model = (await get_conversation(conn, who, conversation_id))["model"]
+    model = request.app.state.models.validate(model)
+    options = body.options.model_dump(by_alias=True, exclude_none=True)
+    run = await create_run(pool, who, conversation_id, body.content, model, options)
+    return {
+        "runId": run["id"],
+        "status": run["status"],
+        "conversationId": conversation_id,
+        "messageId": run["input_message_id"],
+        "model": model,
+        "streamUrl": f"/api/runs/{run['id']}/events",
+        "snapshotUrl": f"/api/runs/{run['id']}/snapshot",
+    }
+
+
+@router.get("/{conversation_id}/runs")
+async def get_conversation_runs(
+    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """List the conversation's runs, newest first."""
+    rows = await list_runs(request.app.state.pool, who, conversation_id)
+    return {"runs": [run_view(r) for r in rows]}
+
+
+@router.get("/{conversation_id}/messages")
+async def get_conversation_messages(
+    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """List the conversation's stored messages in order."""
+    rows = await list_messages(request.app.state.pool, who, conversation_id)
+    return {"messages": [message_view(r) for r in rows]}

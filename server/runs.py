@@ -1,0 +1,57 @@
+"""The Run state machine (SPEC §1) and the status each event moves a run to."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life; the last three are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_TOOL = "waiting_tool"
+    WAITING_USER = "waiting_user"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+S = RunStatus
+TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
+# Back to QUEUED from an active state is recovery: an expired lease or a drained worker.
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset(
+        {S.WAITING_TOOL, S.WAITING_USER, S.PAUSED, S.QUEUED, S.COMPLETED, S.FAILED, S.CANCELLED}
+    ),
+    S.WAITING_TOOL: frozenset({S.RUNNING, S.WAITING_USER, S.QUEUED, S.FAILED, S.CANCELLED}),
+    S.WAITING_USER: frozenset({S.QUEUED, S.RUNNING, S.FAILED, S.CANCELLED}),
+    S.PAUSED: frozenset({S.QUEUED, S.RUNNING, S.FAILED, S.CANCELLED}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransitionError(ValueError):
+    """A status change the state machine does not allow."""
+
+    def __init__(self, current: RunStatus, target: RunStatus) -> None:
+        super().__init__(f"a run cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+def check_transition(current: RunStatus | str, target: RunStatus | str) -> RunStatus:
+    """Return `target` if a run in `current` may move there, else raise."""
+    current, target = RunStatus(current), RunStatus(target)
+    if current != target and target not in TRANSITIONS[current]:
+        raise IllegalTransitionError(current, target)
+    return target
+
+
+def is_terminal(status: RunStatus | str) -> bool:
+    """Say whether a run in `status` is finished for good."""
+    return RunStatus(status) in TERMINAL

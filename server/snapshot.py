@@ -1,0 +1,110 @@
+"""The run snapshot: a pure projection of the event log (SPEC §14).
+
+`apply_event` folds one event into a snapshot. The event writer applies it to every event in
+the same transaction that stores the event, so the stored snapshot and the log always agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.runs import RunStatus, check_transition
+
+Snapshot = dict[str, Any]
+
+_STATUS_BY_EVENT = {
+    "run.created": RunStatus.QUEUED,
+    "run.started": RunStatus.RUNNING,
+    "run.requeued": RunStatus.QUEUED,
+    "approval.required": RunStatus.WAITING_USER,
+    "run.completed": RunStatus.COMPLETED,
+    "run.failed": RunStatus.FAILED,
+    "run.cancelled": RunStatus.CANCELLED,
+}
+ITEM_SEPARATOR = "\n\n"
+
+
+def empty_snapshot(run_id: str) -> Snapshot:
+    """Return the snapshot of a run before its first event."""
+    return {
+        "runId": run_id,
+        "status": RunStatus.QUEUED.value,
+        "lastEventId": 0,
+        "attempt": 0,
+        "items": [],
+        "toolCalls": [],
+        "error": None,
+    }
+
+
+def _find(rows: list[dict[str, Any]], key: str, value: str) -> dict[str, Any] | None:
+    for row in reversed(rows):  # the row we want is nearly always the newest
+        if row[key] == value:
+            return row
+    return None
+
+
+def _next_status(snap: Snapshot, kind: str) -> RunStatus:
+    current = RunStatus(snap["status"])
+    if kind in _STATUS_BY_EVENT:
+        return _STATUS_BY_EVENT[kind]
+    tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
+    if kind == "tool.started" and current == RunStatus.RUNNING:
+        return RunStatus.WAITING_TOOL
+    if kind in ("tool.completed", "tool.failed") and current == RunStatus.WAITING_TOOL:
+        return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
+    return current
+
+
+def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Snapshot:
+    """Fold event `seq` of type `kind` into `snap` (in place) and return it.
+
+    Raises:
+        IllegalTransitionError: the event would move the run along a forbidden edge.
+    """
+    items: list[dict[str, Any]] = snap["items"]
+    if kind == "run.started":
+        snap["attempt"] = data.get("attempt", snap["attempt"])
+    elif kind == "message.item.created":
+        items.append(
+            {"itemId": data["itemId"], "role": data.get("role", "assistant"), "text": "",
+             "status": "streaming"}
+        )
+    elif kind == "message.item.delta":
+        item = _find(items, "itemId", data["itemId"])
+        if item is not None:
+            item["text"] += data["delta"]
+    elif kind == "message.item.completed":
+        item = _find(items, "itemId", data["itemId"])
+        if item is not None:
+            item["text"] = data.get("text", item["text"])
+            item["status"] = data.get("status", "completed")
+    elif kind == "tool.started":
+        snap["toolCalls"].append(
+            {"toolCallId": data["toolCallId"], "name": data["name"], "args": data.get("args", {}),
+             "status": "running"}
+        )
+    elif kind in ("tool.completed", "tool.failed"):
+        call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
+        if call is not None:
+            call["status"] = "completed" if kind == "tool.completed" else "failed"
+            call["durationMs"] = data.get("durationMs")
+            if kind == "tool.failed":
+                call["error"] = data.get("error")
+    elif kind == "run.failed":
+        snap["error"] = {"type": data.get("errorType"), "message": data.get("message")}
+    snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
+    snap["lastEventId"] = seq
+    return snap
+
+
+def output_text(snap: Snapshot) -> str:
+    """Return the assistant text so far: every item not superseded, joined by a blank line."""
+    return ITEM_SEPARATOR.join(
+        i["text"] for i in snap["items"] if i["status"] != "superseded" and i["text"]
+    )
+
+
+def streaming_item_ids(snap: Snapshot) -> list[str]:
+    """Return the ids of message items that were started but never completed."""
+    return [i["itemId"] for i in snap["items"] if i["status"] == "streaming"]

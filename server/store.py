@@ -1,0 +1,202 @@
+"""Conversations, messages and run records: every query scoped by the caller's tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from server.auth import Principal
+from server.db import Pool
+from server.eventlog import Conn, NewEvent, RunFinishedError, RunNotFoundError, append_events
+from server.ids import new_id
+from server.notify import CANCEL_CHANNEL, RUNS_CHANNEL
+from server.runs import RunStatus
+
+
+class ConversationNotFoundError(LookupError):
+    """No such conversation for this tenant."""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
+    """Render a conversation row for the API."""
+    return {
+        "conversationId": row["id"],
+        "title": row["title"],
+        "model": row["model"],
+        "metadata": row["metadata"],
+        "userId": row["user_id"],
+        "createdAt": _iso(row["created_at"]),
+    }
+
+
+def run_view(row: dict[str, Any]) -> dict[str, Any]:
+    """Render a run row for the API."""
+    error = None
+    if row["error_type"]:
+        error = {"type": row["error_type"], "message": row["error_message"]}
+    return {
+        "runId": row["id"],
+        "conversationId": row["conversation_id"],
+        "userId": row["user_id"],
+        "status": row["status"],
+        "model": row["model"],
+        "options": row["options"],
+        "inputMessageId": row["input_message_id"],
+        "outputMessageId": row["output_message_id"],
+        "attempt": row["attempt"],
+        "error": error,
+        "lastEventId": row["last_event_seq"],
+        "usage": row["usage"],
+        "cancelRequested": row["cancel_requested"],
+        "createdAt": _iso(row["created_at"]),
+        "startedAt": _iso(row["started_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+    }
+
+
+def message_view(row: dict[str, Any]) -> dict[str, Any]:
+    """Render a message row for the API."""
+    return {
+        "messageId": row["id"],
+        "conversationId": row["conversation_id"],
+        "runId": row["run_id"],
+        "role": row["role"],
+        "content": row["content"],
+        "createdAt": _iso(row["created_at"]),
+    }
+
+
+async def create_conversation(
+    pool: Pool, who: Principal, title: str | None, model: str | None, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """Create a conversation owned by the caller."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata)"
+            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
+            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata)),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def get_conversation(conn: Conn, who: Principal, conversation_id: str) -> dict[str, Any]:
+    """Return the tenant's conversation or raise ConversationNotFoundError."""
+    cur = await conn.execute(
+        "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s",
+        (conversation_id, who.tenant_id),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise ConversationNotFoundError(conversation_id)
+    return row
+
+
+async def create_run(
+    pool: Pool,
+    who: Principal,
+    conversation_id: str,
+    content: str,
+    model: str,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """Store the user message and a queued run with its `run.created` event, atomically."""
+    message_id, run_id = new_id("msg"), new_id("run")
+    async with pool.connection() as conn, conn.transaction():
+        await get_conversation(conn, who, conversation_id)
+        await conn.execute(
+            "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
+            " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
+            (message_id, conversation_id, who.tenant_id, who.user_id, run_id, content),
+        )
+        await conn.execute(
+            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
+            " input_message_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (run_id, conversation_id, who.tenant_id, who.user_id, model, Jsonb(options),
+             message_id),
+        )
+        await append_events(
+            conn, run_id,
+            [NewEvent("run.created", {"conversationId": conversation_id, "model": model,
+                                      "inputMessageId": message_id})],
+        )
+        await conn.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
+        cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
+        row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def get_run(conn: Conn, who: Principal, run_id: str) -> dict[str, Any]:
+    """Return the tenant's run or raise RunNotFoundError."""
+    cur = await conn.execute(
+        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s", (run_id, who.tenant_id)
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    return row
+
+
+async def list_runs(
+    pool: Pool, who: Principal, conversation_id: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """List the tenant's runs, newest first, optionally of one conversation."""
+    async with pool.connection() as conn:
+        if conversation_id is not None:
+            await get_conversation(conn, who, conversation_id)
+        cur = await conn.execute(
+            "SELECT * FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR conversation_id = %s)"
+            " ORDER BY created_at DESC LIMIT %s",
+            (who.tenant_id, conversation_id, conversation_id, limit),
+        )
+        return await cur.fetchall()
+
+
+async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> list[dict[str, Any]]:
+    """List a conversation's stored messages in order."""
+    async with pool.connection() as conn:
+        await get_conversation(conn, who, conversation_id)
+        cur = await conn.execute(
+            "SELECT * FROM messages WHERE conversation_id = %s ORDER BY position",
+            (conversation_id,),
+        )
+        return await cur.fetchall()
+
+
+async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
+    """Cancel a run: at once when no worker holds it, else ask its worker to stop.
+
+    Raises:
+        RunNotFoundError: no such run for this tenant.
+        RunFinishedError: the run already ended (the API answers 409).
+    """
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cur = await conn.execute(
+                "SELECT status FROM runs WHERE id = %s AND tenant_id = %s FOR UPDATE",
+                (run_id, who.tenant_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            status = RunStatus(row["status"])
+            reason = {"reason": "cancel requested", "by": who.user_id}
+            if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
+                await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+            elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
+                await conn.execute(
+                    "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
+                    (run_id,),
+                )
+                await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+            else:
+                raise RunFinishedError(run_id, status)
+        return await get_run(conn, who, run_id)

@@ -1,0 +1,50 @@
+"""Shared fixtures: one real Postgres server per session, a fresh database per test module."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from server.db import Pool, migrate, open_pool
+from server.settings import Settings
+from tests.support.postgres import create_database, drop_database, server_url
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The admin URL of the test Postgres server."""
+    return server_url(tmp_path_factory.mktemp("pgserver"), os.environ.get("DATABASE_URL"))
+
+
+@pytest.fixture(scope="module")
+def database_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty database for this test module."""
+    url = create_database(pg_admin_url)
+    yield url
+    drop_database(pg_admin_url, url)
+
+
+@pytest.fixture(scope="module")
+def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings for an app on the module's database, with quick timings for tests."""
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        environment="test",
+        DATABASE_URL=database_url,
+        data_dir=Path(tmp_path_factory.mktemp("data")),
+        demo_token_delay_ms=0,
+        sse_heartbeat_s=1.0,
+        lease_seconds=5.0,
+        worker_poll_seconds=1.0,
+    )
+
+
+@pytest.fixture(scope="module")
+async def pool(settings: Settings, database_url: str) -> AsyncIterator[Pool]:
+    """A migrated connection pool on the module's database."""
+    async with open_pool(database_url, settings) as p:
+        await migrate(p)
+        yield p

@@ -1,0 +1,102 @@
+"""A user message becomes a run that streams its events over real HTTP and SSE."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
+from server.app import create_app
+from server.models import ModelRegistry
+from server.settings import Settings
+from tests.support.live import read_sse, rebuild_output, serve
+
+SCRIPTS = {
+    "calc": [
+        ScriptedTurn(text="Let me compute that.",
+                     tool_calls=[ScriptedToolCall(name="calculator", args={"expression": "6*7"})]),
+        ScriptedTurn(text="The answer is 42, as the calculator says."),
+    ],
+    "slow": [ScriptedTurn(text="word " * 60, chunk_chars=5, delay_s=0.02)],
+    "loop": [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="current_time", args={})]),
+    ] * 50,
+}
+
+
+@pytest.fixture(scope="module")
+async def base_url(settings: Settings) -> AsyncIterator[str]:
+    app = create_app(settings, models=ModelRegistry(settings, SCRIPTS))
+    async with serve(app) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+async def start_run(client: httpx.AsyncClient, content: str, **body: Any) -> dict[str, Any]:
+    conv = (await client.post("/api/conversations", json={})).json()
+    response = await client.post(
+        f"/api/conversations/{conv['conversationId']}/messages", json={"content": content, **body}
+    )
+    assert response.status_code == 202, response.text
+    return dict(response.json())
+
+
+async def test_message_becomes_run_with_tool_call_and_streamed_answer(
+    client: httpx.AsyncClient,
+) -> None:
+    accepted = await start_run(client, "what is 6*7?", model="scripted:calc")
+    assert accepted["status"] == "queued"
+    assert accepted["streamUrl"] == f"/api/runs/{accepted['runId']}/events"
+
+    events = await read_sse(client, accepted["streamUrl"])
+
+    types = [e.event for e in events]
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert types[0] == "run.created" and types[1] == "run.started"
+    assert types[-1] == "run.completed"
+    assert types.index("tool.started") < types.index("tool.completed")
+    tool = next(e for e in events if e.event == "tool.completed").data["data"]
+    assert tool["name"] == "calculator" and tool["output"] == "42"
+    text = rebuild_output(events)
+    assert text == "Let me compute that.\n\nThe answer is 42, as the calculator says."
+
+    snapshot = (await client.get(accepted["snapshotUrl"])).json()
+    assert snapshot["status"] == "completed"
+    assert snapshot["output"] == text
+    assert snapshot["lastEventId"] == events[-1].id
+    assert [t["status"] for t in snapshot["toolCalls"]] == ["completed"]
+
+    run = (await client.get(f"/api/runs/{accepted['runId']}")).json()
+    messages = (await client.get(f"/api/conversations/{run['conversationId']}/messages")).json()
+    assert [m["role"] for m in messages["messages"]] == ["user", "assistant"]
+    assert messages["messages"][1]["content"] == text
+    assert messages["messages"][1]["messageId"] == run["outputMessageId"]
+    assert run["status"] == "completed" and run["finishedAt"] is not None
+
+
+async def test_demo_model_calls_tools_without_any_api_key(client: httpx.AsyncClient) -> None:
+    accepted = await start_run(client, "what time is it, and what is 12*(3+4)?")
+    events = await read_sse(client, accepted["streamUrl"])
+    names = sorted(e.data["data"]["name"] for e in events if e.event == "tool.completed")
+    assert names == ["calculator", "current_time"]
+    assert "12*(3+4) = 84." in rebuild_output(events)
+    assert events[-1].event == "run.completed"
+
+
+async def test_step_limit_fails_the_run_with_a_clear_reason(client: httpx.AsyncClient) -> None:
+    accepted = await start_run(client, "loop", model="scripted:loop", options={"maxSteps": 3})
+    events = await read_sse(client, accepted["streamUrl"])
+    assert events[-1].event == "run.failed"
+    assert events[-1].data["data"]["errorType"] == "step_limit"
+    run = (await client.get(f"/api/runs/{accepted['runId']}")).json()
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "step_limit"
+    assert "limit is 3" in run["error"]["message"]

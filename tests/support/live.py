@@ -1,0 +1,107 @@
+"""Run the real app on a real socket inside the test's event loop, and read its SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+
+def free_port() -> int:
+    """Return a TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def serve(app: FastAPI) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on a free loopback port; yield its base URL."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(60):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+@dataclass
+class SseEvent:
+    """One parsed SSE frame."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+@dataclass
+class SseReader:
+    """Parse an SSE byte stream into events (comments and heartbeats skipped)."""
+
+    buffer: str = ""
+    events: list[SseEvent] = field(default_factory=list)
+
+    def feed(self, text: str) -> list[SseEvent]:
+        self.buffer += text
+        out = []
+        while "\n\n" in self.buffer:
+            block, self.buffer = self.buffer.split("\n\n", 1)
+            fields: dict[str, str] = {}
+            for line in block.split("\n"):
+                if not line or line.startswith(":"):
+                    continue
+                key, _, value = line.partition(": ")
+                fields[key] = value
+            if "data" in fields:
+                event = SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                out.append(event)
+        self.events.extend(out)
+        return out
+
+
+async def read_sse(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    headers: dict[str, str] | None = None,
+    stop_after: int | None = None,
+) -> list[SseEvent]:
+    """Read the SSE stream at `path` to its end, or until `stop_after` events, then close."""
+    reader = SseReader()
+    async with client.stream("GET", path, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        async for text in response.aiter_text():
+            reader.feed(text)
+            if stop_after is not None and len(reader.events) >= stop_after:
+                return reader.events[:stop_after]
+    return reader.events
+
+
+def rebuild_output(events: list[SseEvent]) -> str:
+    """Rebuild the assistant output from deltas, dropping superseded items (docs/events.md)."""
+    texts: dict[str, str] = {}
+    superseded: set[str] = set()
+    for e in events:
+        if e.event == "message.item.created":
+            texts[e.data["data"]["itemId"]] = ""
+        elif e.event == "message.item.delta":
+            texts[e.data["data"]["itemId"]] += e.data["data"]["delta"]
+        elif e.event == "message.item.completed" and e.data["data"]["status"] == "superseded":
+            superseded.add(e.data["data"]["itemId"])
+    return "\n\n".join(t for i, t in texts.items() if i not in superseded and t)
