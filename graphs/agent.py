@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from langchain_core.messages import AIMessage
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 
 from graphs.context import RunContext
 from graphs.state import AgentState
@@ -19,7 +19,7 @@ def route_after_model(state: AgentState) -> Literal["dispatch_tools", "__end__"]
     last = state["messages"][-1]
     if isinstance(last, AIMessage) and last.tool_calls:
         return "dispatch_tools"
-    return END
+    return "__end__"
 
 
 def build_agent_graph() -> StateGraph[AgentState, RunContext, AgentState, AgentState]:

@@ -13,7 +13,7 @@ from nodes.models.demo import DemoChatModel
 
 
 async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Call the run's model with its tools bound; tokens stream through LangGraph's messages mode."""
+    """Call the model with the run's tools bound; tokens stream via LangGraph's messages mode."""
     context = runtime.context or RunContext()
     model = context.model or DemoChatModel()
     bound = model.bind_tools(list(context.tools)) if context.tools else model

@@ -19,12 +19,16 @@ async def run_tool_call(
 ) -> ToolMessage:
     """Execute one tool call, emitting `tool.*` events; failures become error tool messages."""
     call_id = call["id"] or ""
-    emit({"event": "tool.started", "toolCallId": call_id, "name": call["name"], "args": call["args"]})
+    emit(
+        {"event": "tool.started", "toolCallId": call_id, "name": call["name"], "args": call["args"]}
+    )
     started = time.perf_counter()
     tool = tools.get(call["name"])
     try:
         if tool is None:
-            raise LookupError(f"unknown tool {call['name']!r}; available: {', '.join(sorted(tools))}")
+            raise LookupError(
+                f"unknown tool {call['name']!r}; available: {', '.join(sorted(tools))}"
+            )
         output = await asyncio.wait_for(tool.ainvoke(call["args"]), timeout_s)
     except TimeoutError:
         error = f"the tool did not finish within {timeout_s:g} s"

@@ -57,8 +57,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-                 409: "conflict", 413: "too_large", 422: "invalid_request", 429: "too_many"}
+        codes = {
+            401: "unauthorized",
+            403: "forbidden",
+            404: "not_found",
+            405: "method_not_allowed",
+            409: "conflict",
+            413: "too_large",
+            422: "invalid_request",
+            429: "too_many",
+        }
         return _error(exc.status_code, codes.get(exc.status_code, "error"), str(exc.detail))
 
     @app.exception_handler(RunNotFoundError)
@@ -71,7 +79,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RunFinishedError)
     async def on_finished(_: Request, exc: RunFinishedError) -> JSONResponse:
-        return _error(409, "run_finished", str(exc), status=exc.status)
+        return _error(409, "run_finished", str(exc), runStatus=exc.status)
 
     @app.exception_handler(IllegalTransitionError)
     async def on_illegal(_: Request, exc: IllegalTransitionError) -> JSONResponse:
@@ -94,7 +102,7 @@ def redact_url(url: str) -> str:
 
 async def setup_checkpointer(pool: Pool) -> AsyncPostgresSaver:
     """Create LangGraph's checkpointer on our pool and run its own migrations once."""
-    checkpointer = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+    checkpointer = AsyncPostgresSaver(pool)
     async with migration_lock(pool):
         await checkpointer.setup()
     return checkpointer
@@ -133,7 +141,8 @@ def create_app(
                 await worker.start()
             log.info(
                 "agentrt ready: database %s%s, model %s, workers %s",
-                redact_url(url), " (embedded)" if not settings.database_url else "",
+                redact_url(url),
+                " (embedded)" if not settings.database_url else "",
                 settings.default_model,
                 f"in-process x{settings.worker_concurrency}" if worker else "none (API only)",
             )

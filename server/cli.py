@@ -36,9 +36,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"run_workers": False})
     print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
     print(
-        "  try:  curl -s -X POST http://%s:%d/api/conversations -H 'content-type: application/json'"
-        " -d '{}'  then POST a message, or simply:  .venv/bin/agentrt run 'what is 6*7?'"
-        % (host, port),
+        f"  try:  curl -s -X POST http://{host}:{port}/api/conversations"
+        " -H 'content-type: application/json' -d '{}'\n"
+        "        then POST a message to it, or simply: .venv/bin/agentrt run 'what is 6*7?'",
         flush=True,
     )
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None)
@@ -47,7 +47,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def _client(settings: Settings) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    return httpx.AsyncClient(base_url=settings.url, headers=headers, timeout=httpx.Timeout(30, read=None))
+    return httpx.AsyncClient(
+        base_url=settings.url, headers=headers, timeout=httpx.Timeout(30, read=None)
+    )
 
 
 def _check(response: httpx.Response) -> dict[str, Any]:
@@ -70,8 +72,10 @@ def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
     elif kind == "tool.started":
         out.write(f"  -> {data['name']}({json.dumps(data.get('args', {}))})\n")
     elif kind == "tool.completed":
-        out.write(f"  <- {data['name']}: {str(data.get('output', ''))[:200]}"
-                  f" ({data.get('durationMs', 0):.0f} ms)\n")
+        out.write(
+            f"  <- {data['name']}: {str(data.get('output', ''))[:200]}"
+            f" ({data.get('durationMs', 0):.0f} ms)\n"
+        )
     elif kind == "tool.failed":
         out.write(f"  !! {data['name']} failed: {data.get('error')}\n")
     elif kind == "run.failed":
@@ -110,7 +114,9 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 conv_id = _check(await client.post("/api/conversations", json={}))["conversationId"]
         except httpx.ConnectError:
-            raise SystemExit(f"agentrt: no server at {settings.url}; start one with 'make run'")
+            raise SystemExit(
+                f"agentrt: no server at {settings.url}; start one with 'make run'"
+            ) from None
         body: dict[str, Any] = {"content": args.message}
         if args.model:
             body["model"] = args.model
@@ -166,7 +172,9 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentrt", description="A production runtime for LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="agentrt", description="A production runtime for LLM agents."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="start the API server (and in-process workers)")

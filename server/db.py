@@ -32,11 +32,11 @@ def resolve_database_url(settings: Settings) -> str:
     """
     if settings.database_url:
         return settings.database_url
-    import pgserver  # imported lazily: only the embedded mode needs it
+    import pgserver  # type: ignore[attr-defined,unused-ignore]  # only the embedded mode needs it
 
     datadir = Path(settings.data_dir).resolve() / "pg"
     datadir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(datadir, cleanup_mode=None)
+    server = pgserver.get_server(datadir, cleanup_mode=None)  # type: ignore[attr-defined]
     return str(server.get_uri())
 
 

@@ -91,7 +91,11 @@ async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
         raise RunNotFoundError(run_id)
     snapshot = row["snapshot"] or empty_snapshot(run_id)
     return RunHead(
-        run_id, row["last_event_seq"], row["status"], row["attempt"], snapshot,
+        run_id,
+        row["last_event_seq"],
+        row["status"],
+        row["attempt"],
+        snapshot,
         row["lease_generation"],
     )
 
@@ -194,7 +198,9 @@ async def append_events(
     return new_head, stored
 
 
-async def read_events(conn: Conn, run_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
+async def read_events(
+    conn: Conn, run_id: str, after: int, limit: int
+) -> list[tuple[int, str, str]]:
     """Return up to `limit` events after `after` as (seq, type, wire JSON), oldest first."""
     cur = await conn.execute(
         "SELECT seq, type, ts, data::text AS data FROM run_events"

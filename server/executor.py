@@ -66,8 +66,10 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
     projector = StreamProjector(writer.emit)
     for item_id in streaming_item_ids(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
-        writer.emit("message.item.completed", {"itemId": item_id, "status": "superseded",
-                                               "reason": "attempt abandoned"})
+        writer.emit(
+            "message.item.completed",
+            {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
+        )
     options = run["options"] or {}
     context = RunContext(
         run_id=run_id,
@@ -117,9 +119,7 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
     await _complete(deps, writer, run)
 
 
-async def _finish(
-    writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None
-) -> None:
+async def _finish(writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None) -> None:
     try:
         await writer.finish(kind, data, extra)
     except (LeaseLostError, RunFinishedError) as exc:
@@ -137,15 +137,22 @@ async def _complete(deps: ExecutorDeps, writer: EventWriter, run: dict[str, Any]
         await conn.execute(
             "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
             " VALUES (%s, %s, %s, %s, %s, 'assistant', %s)",
-            (message_id, run["conversation_id"], run["tenant_id"], run["user_id"], run["id"],
-             output),
+            (
+                message_id,
+                run["conversation_id"],
+                run["tenant_id"],
+                run["user_id"],
+                run["id"],
+                output,
+            ),
         )
         await conn.execute(
             "UPDATE runs SET output_message_id = %s WHERE id = %s", (message_id, run["id"])
         )
 
-    await _finish(writer, "run.completed", {"outputMessageId": message_id, "output": output},
-                  store_message)
+    await _finish(
+        writer, "run.completed", {"outputMessageId": message_id, "output": output}, store_message
+    )
 
 
 async def _on_cancelled(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langgraph.types import StreamMode
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
 
 class Emit(Protocol):
@@ -46,8 +47,12 @@ class StreamProjector:
         for item_id, parts in list(self._open.items()):
             self._emit(
                 "message.item.completed",
-                {"itemId": item_id, "status": "superseded", "text": "".join(parts),
-                 "reason": reason},
+                {
+                    "itemId": item_id,
+                    "status": "superseded",
+                    "text": "".join(parts),
+                    "reason": reason,
+                },
             )
         self._open.clear()
 
@@ -57,8 +62,9 @@ class StreamProjector:
             return
         if message.id not in self._open:
             self._open[message.id] = []
-            self._emit("message.item.created", {"itemId": message.id, "role": "assistant",
-                                                "node": node})
+            self._emit(
+                "message.item.created", {"itemId": message.id, "role": "assistant", "node": node}
+            )
         self._open[message.id].append(text)
         self._emit("message.item.delta", {"itemId": message.id, "delta": text})
 
@@ -70,8 +76,9 @@ class StreamProjector:
                 return
             # Not streamed (the model answered in one piece): still one delta, so that
             # clients that rebuild text from deltas see all of it.
-            self._emit("message.item.created", {"itemId": item_id, "role": "assistant",
-                                                "node": node})
+            self._emit(
+                "message.item.created", {"itemId": item_id, "role": "assistant", "node": node}
+            )
             self._emit("message.item.delta", {"itemId": item_id, "delta": message.text})
             parts = [message.text]
         tool_calls = getattr(message, "tool_calls", [])

@@ -37,7 +37,7 @@ def empty_snapshot(run_id: str) -> Snapshot:
     }
 
 
-def _find(rows: list[dict[str, Any]], key: str, value: str) -> dict[str, Any] | None:
+def _find(rows: list[Any], key: str, value: str) -> Any:
     for row in reversed(rows):  # the row we want is nearly always the newest
         if row[key] == value:
             return row
@@ -67,8 +67,12 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
         snap["attempt"] = data.get("attempt", snap["attempt"])
     elif kind == "message.item.created":
         items.append(
-            {"itemId": data["itemId"], "role": data.get("role", "assistant"), "text": "",
-             "status": "streaming"}
+            {
+                "itemId": data["itemId"],
+                "role": data.get("role", "assistant"),
+                "text": "",
+                "status": "streaming",
+            }
         )
     elif kind == "message.item.delta":
         item = _find(items, "itemId", data["itemId"])
@@ -81,8 +85,12 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
             item["status"] = data.get("status", "completed")
     elif kind == "tool.started":
         snap["toolCalls"].append(
-            {"toolCallId": data["toolCallId"], "name": data["name"], "args": data.get("args", {}),
-             "status": "running"}
+            {
+                "toolCallId": data["toolCallId"],
+                "name": data["name"],
+                "args": data.get("args", {}),
+                "status": "running",
+            }
         )
     elif kind in ("tool.completed", "tool.failed"):
         call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])

@@ -43,7 +43,9 @@ async def event_stream(
                         "SELECT status, last_event_seq FROM runs WHERE id = %s", (run_id,)
                     )
                     run = await cur.fetchone()
-                    if run is None or (is_terminal(run["status"]) and cursor >= run["last_event_seq"]):
+                    if run is None or (
+                        is_terminal(run["status"]) and cursor >= run["last_event_seq"]
+                    ):
                         return
             if rows:
                 chunk = []

@@ -119,13 +119,29 @@ async def create_run(
         await conn.execute(
             "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
             " input_message_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (run_id, conversation_id, who.tenant_id, who.user_id, model, Jsonb(options),
-             message_id),
+            (
+                run_id,
+                conversation_id,
+                who.tenant_id,
+                who.user_id,
+                model,
+                Jsonb(options),
+                message_id,
+            ),
         )
         await append_events(
-            conn, run_id,
-            [NewEvent("run.created", {"conversationId": conversation_id, "model": model,
-                                      "inputMessageId": message_id})],
+            conn,
+            run_id,
+            [
+                NewEvent(
+                    "run.created",
+                    {
+                        "conversationId": conversation_id,
+                        "model": model,
+                        "inputMessageId": message_id,
+                    },
+                )
+            ],
         )
         await conn.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
         cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))

@@ -77,7 +77,9 @@ class Worker:
             asyncio.create_task(self._claim_loop(), name="worker-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
         ]
-        log.info("worker %s started (concurrency %d)", self.owner, self._settings.worker_concurrency)
+        log.info(
+            "worker %s started (concurrency %d)", self.owner, self._settings.worker_concurrency
+        )
 
     async def stop(self) -> None:
         """Stop claiming, then cancel the runs in flight; their leases expire for recovery."""
@@ -121,13 +123,19 @@ class Worker:
                 return False
             head = await load_head(conn, run["id"], lock=False)
             if run["cancel_requested"]:
-                await append_events(conn, run["id"], [NewEvent("run.cancelled", {
-                    "reason": "cancel requested"})], generation=run["lease_generation"])
+                await append_events(
+                    conn,
+                    run["id"],
+                    [NewEvent("run.cancelled", {"reason": "cancel requested"})],
+                    generation=run["lease_generation"],
+                )
                 return True
             head, _ = await append_events(
-                conn, run["id"],
+                conn,
+                run["id"],
                 [NewEvent("run.started", {"attempt": run["attempt"], "worker": self.owner})],
-                generation=run["lease_generation"], head=head,
+                generation=run["lease_generation"],
+                head=head,
             )
         task = asyncio.create_task(self._execute(run, head), name=f"run-{run['id']}")
         self._tasks[run["id"]] = task
@@ -154,8 +162,11 @@ class Worker:
                 async with self.deps.pool.connection() as conn:
                     await conn.execute(
                         _HEARTBEAT,
-                        {"lease": self._settings.lease_seconds, "owner": self.owner,
-                         "ids": list(self._tasks)},
+                        {
+                            "lease": self._settings.lease_seconds,
+                            "owner": self.owner,
+                            "ids": list(self._tasks),
+                        },
                     )
             except Exception:
                 log.exception("lease heartbeat failed")
@@ -168,7 +179,8 @@ class Worker:
             for row in await cur.fetchall():
                 try:
                     await append_events(
-                        conn, row["id"],
+                        conn,
+                        row["id"],
                         [NewEvent("run.requeued", {"reason": "lease expired"})],
                     )
                     count += 1

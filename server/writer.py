@@ -88,8 +88,12 @@ class EventWriter:
             try:
                 async with self._pool.connection() as conn:
                     self.head, _ = await append_events(
-                        conn, self.run_id, batch, generation=self.head.generation,
-                        head=self.head, extra=extra,
+                        conn,
+                        self.run_id,
+                        batch,
+                        generation=self.head.generation,
+                        head=self.head,
+                        extra=extra,
                     )
                 return
             except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:

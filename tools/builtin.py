@@ -38,7 +38,10 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sqrt": math.sqrt,
     "abs": abs,
@@ -52,7 +55,7 @@ _MAX_EXPONENT = 1000
 
 
 def evaluate(expression: str) -> int | float:
-    """Evaluate an arithmetic expression without `eval`: numbers, + - * / // % **, a few functions."""
+    """Evaluate arithmetic without `eval`: numbers, + - * / // % **, a few functions."""
 
     def walk(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):

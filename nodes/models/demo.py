@@ -81,18 +81,20 @@ class DemoChatModel(ScriptedChatModel):
             if not isinstance(message, ToolMessage):
                 break
             results.insert(0, message)
-        speed = {"chunk_chars": 6, "delay_s": self.token_delay_s}
+        delay = self.token_delay_s
         if results:
-            calls = {}
+            made: dict[str, dict[str, Any]] = {}
             for message in messages:
                 if isinstance(message, AIMessage):
-                    calls.update({c["id"]: c for c in message.tool_calls})
-            text = " ".join(describe_result(r, calls.get(r.tool_call_id)) for r in results)
-            return ScriptedTurn(text=text, **speed)
+                    made.update({str(c["id"]): dict(c) for c in message.tool_calls})
+            text = " ".join(describe_result(r, made.get(r.tool_call_id)) for r in results)
+            return ScriptedTurn(text=text, chunk_chars=6, delay_s=delay)
         last = messages[-1] if messages else None
         user_text = str(last.content) if isinstance(last, HumanMessage) else ""
         calls = plan_tool_calls(user_text, set(self.tool_names))
         if calls:
             names = ", ".join(sorted({c.name for c in calls}))
-            return ScriptedTurn(text=f"Let me use {names}.", tool_calls=calls, **speed)
-        return ScriptedTurn(text=_GREETING, **speed)
+            return ScriptedTurn(
+                text=f"Let me use {names}.", tool_calls=calls, chunk_chars=6, delay_s=delay
+            )
+        return ScriptedTurn(text=_GREETING, chunk_chars=6, delay_s=delay)

@@ -63,7 +63,9 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+    def bind_tools(
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
         return self
 
     def _turn(self, messages: list[BaseMessage]) -> ScriptedTurn:

@@ -16,14 +16,17 @@ from tests.support.live import read_sse, rebuild_output, serve
 
 SCRIPTS = {
     "calc": [
-        ScriptedTurn(text="Let me compute that.",
-                     tool_calls=[ScriptedToolCall(name="calculator", args={"expression": "6*7"})]),
+        ScriptedTurn(
+            text="Let me compute that.",
+            tool_calls=[ScriptedToolCall(name="calculator", args={"expression": "6*7"})],
+        ),
         ScriptedTurn(text="The answer is 42, as the calculator says."),
     ],
     "slow": [ScriptedTurn(text="word " * 60, chunk_chars=5, delay_s=0.02)],
     "loop": [
         ScriptedTurn(tool_calls=[ScriptedToolCall(name="current_time", args={})]),
-    ] * 50,
+    ]
+    * 50,
 }
 
 
