@@ -147,13 +147,6 @@ async def append_events(
             apply_event(snapshot, seq, event.type, event.data)
             stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
         async with conn.cursor() as cur:
-            async with cur.copy(
-                "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
-            ) as copy:
-                for ev in stored:
-                    await copy.write_row(
-                        (run_id, ev.seq, ev.type, ev.ts, attempt, json.dumps(ev.data))
-                    )
             status = snapshot["status"]
             last = stored[-1] if stored else None
             failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
@@ -188,6 +181,15 @@ async def append_events(
             )
             if cur.rowcount != 1:
                 raise LeaseLostError(f"run {run_id}: appended to by someone else")
+            # The conditional update above both fences and serialises appenders, so the seq
+            # values below are ours alone.
+            async with cur.copy(
+                "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
+            ) as copy:
+                for ev in stored:
+                    await copy.write_row(
+                        (run_id, ev.seq, ev.type, ev.ts, attempt, json.dumps(ev.data))
+                    )
             if last is not None:
                 await cur.execute(
                     "SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, f"{run_id}:{last.seq}")

@@ -111,7 +111,7 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
         await writer.close()
         return
     except Exception as exc:
-        projector.supersede_open_items("model call failed")
+        projector.close_open_items("interrupted", "run failed")
         error_type, message = classify_failure(exc)
         log.info("run %s failed: %s: %s", run_id, error_type, message)
         await _finish(writer, "run.failed", {"errorType": error_type, "message": message})
@@ -162,7 +162,7 @@ async def _on_cancelled(
         cur = await conn.execute("SELECT cancel_requested FROM runs WHERE id = %s", (run_id,))
         row = await cur.fetchone()
     if row and row["cancel_requested"]:
-        projector.supersede_open_items("run cancelled")
+        projector.close_open_items("interrupted", "run cancelled")
         await _finish(writer, "run.cancelled", {"reason": "cancel requested"})
     else:
         await writer.close()

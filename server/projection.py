@@ -42,17 +42,16 @@ class StreamProjector:
             data = dict(chunk)
             self._emit(data.pop("event"), data)
 
-    def supersede_open_items(self, reason: str) -> None:
-        """Close every item still streaming as `superseded` (its call failed or was abandoned)."""
+    def close_open_items(self, status: str, reason: str) -> None:
+        """Close every item still streaming with `status`.
+
+        `superseded`: a retry replaces the text and clients drop it. `interrupted`: the run
+        stopped; the text stays as it was streamed.
+        """
         for item_id, parts in list(self._open.items()):
             self._emit(
                 "message.item.completed",
-                {
-                    "itemId": item_id,
-                    "status": "superseded",
-                    "text": "".join(parts),
-                    "reason": reason,
-                },
+                {"itemId": item_id, "status": status, "text": "".join(parts), "reason": reason},
             )
         self._open.clear()
 

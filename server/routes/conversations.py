@@ -85,7 +85,7 @@ async def post_message(
         raise HTTPException(422, "content must not be empty")
     if len(body.content) > settings.max_message_chars:
         raise HTTPException(
-            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            413,
             f"content has {len(body.content)} characters; the limit is "
             f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
         )
