@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,23 +10,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from graphs.agent import build_agent_graph
-from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
 from server.eventlog import RunFinishedError, RunNotFoundError
-from server.executor import ExecutorDeps
 from server.models import ModelRegistry, UnknownModelError
-from server.notify import Notifier
 from server.routes import conversations, health, runs
 from server.runs import IllegalTransitionError
+from server.runtime import open_runtime
 from server.settings import Settings
 from server.store import ConversationNotFoundError
-from server.worker import Worker
 from tools.builtin import builtin_tools
-
-log = logging.getLogger("agentrt")
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -90,24 +81,6 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(400, "unknown_model", str(exc))
 
 
-def redact_url(url: str) -> str:
-    """Hide the password in a database URL for logs."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-
-
-async def setup_checkpointer(pool: Pool) -> AsyncPostgresSaver:
-    """Create LangGraph's checkpointer on our pool and run its own migrations once."""
-    checkpointer = AsyncPostgresSaver(pool)
-    async with migration_lock(pool):
-        await checkpointer.setup()
-    return checkpointer
-
-
 def create_app(
     settings: Settings,
     *,
@@ -126,34 +99,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = await asyncio.to_thread(resolve_database_url, settings)
-        async with open_pool(url, settings) as pool:
-            applied = await migrate(pool)
-            checkpointer = await setup_checkpointer(pool)
-            graph = build_agent_graph().compile(checkpointer=checkpointer)
-            notifier = Notifier(url)
-            await notifier.start()
-            deps = ExecutorDeps(pool, graph, registry, run_tools, settings)
-            worker = Worker(deps, notifier) if settings.run_workers else None
-            app.state.pool, app.state.notifier, app.state.worker = pool, notifier, worker
-            app.state.graph = graph
-            if worker is not None:
-                await worker.start()
-            log.info(
-                "agentrt ready: database %s%s, model %s, workers %s",
-                redact_url(url),
-                " (embedded)" if not settings.database_url else "",
-                settings.default_model,
-                f"in-process x{settings.worker_concurrency}" if worker else "none (API only)",
-            )
-            if applied:
-                log.info("applied migrations: %s", ", ".join(applied))
-            try:
-                yield
-            finally:
-                if worker is not None:
-                    await worker.stop()
-                await notifier.stop()
+        async with open_runtime(
+            settings, registry, run_tools, run_workers=settings.run_workers
+        ) as runtime:
+            app.state.runtime = runtime
+            app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
+            yield
 
     app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

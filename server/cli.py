@@ -160,8 +160,8 @@ async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
-    from server.app import setup_checkpointer
     from server.db import migrate, open_pool, resolve_database_url
+    from server.runtime import setup_checkpointer
 
     url = resolve_database_url(settings)
     async with open_pool(url, settings.model_copy(update={"db_pool_min": 1})) as pool:

@@ -18,7 +18,8 @@ from psycopg.types.json import Jsonb
 from server.runs import RunStatus, is_terminal
 from server.snapshot import Snapshot, apply_event, empty_snapshot
 
-EVENTS_CHANNEL = "agentrt_events"
+EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
+RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
 Conn = AsyncConnection[dict[str, Any]]
 
 
@@ -161,7 +162,9 @@ async def append_events(
                     error_type = COALESCE(%(error_type)s, error_type),
                     error_message = COALESCE(%(error_message)s, error_message),
                     lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
-                    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END
+                    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
+                    deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL
+                                       ELSE deadline_at END
                 WHERE id = %(id)s AND last_event_seq = %(prev)s
                   AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
                 """,
@@ -194,6 +197,8 @@ async def append_events(
                 await cur.execute(
                     "SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, f"{run_id}:{last.seq}")
                 )
+            if status == RunStatus.QUEUED:
+                await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
         new_head = RunHead(run_id, seq, status, attempt, snapshot, head.generation)
         if extra is not None:
             await extra(conn, new_head)

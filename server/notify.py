@@ -15,11 +15,10 @@ from typing import Any
 
 import psycopg
 
-from server.eventlog import EVENTS_CHANNEL
+from server.eventlog import EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
 
-RUNS_CHANNEL = "agentrt_runs"  # payload: "queued" - there is work to claim
 CANCEL_CHANNEL = "agentrt_cancel"  # payload: run id
 
 

@@ -42,6 +42,25 @@ class Settings(BaseSettings):
     lease_seconds: float = 30.0
     worker_poll_seconds: float = 5.0
 
+    drain_grace_s: float = 20.0
+    max_recoveries: int = 3
+    run_timeout_s: float = 3600.0
+
+    # Concurrent active (running) runs; over the limit runs wait in `queued` or, with
+    # limit_policy "reject", the request is refused with 429.
+    user_max_active_runs: int = 8
+    tenant_max_active_runs: int = 64
+    tenant_limits: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description='Per-tenant overrides: {"acme": {"userMaxActiveRuns": 2, '
+        '"tenantMaxActiveRuns": 10}}',
+    )
+    limit_policy: Literal["queue", "reject"] = "queue"
+    conversation_busy_policy: Literal["enqueue", "reject", "interrupt"] = "enqueue"
+
+    checkpoint_retention_days: float = 7.0
+    prune_interval_s: float = 3600.0
+
     sse_heartbeat_s: float = 15.0
     sse_replay_page: int = 5000
 

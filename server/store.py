@@ -11,7 +11,7 @@ from server.auth import Principal
 from server.db import Pool
 from server.eventlog import Conn, NewEvent, RunFinishedError, RunNotFoundError, append_events
 from server.ids import new_id
-from server.notify import CANCEL_CHANNEL, RUNS_CHANNEL
+from server.notify import CANCEL_CHANNEL
 from server.runs import RunStatus
 
 
@@ -143,7 +143,6 @@ async def create_run(
                 )
             ],
         )
-        await conn.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
         cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
         row = await cur.fetchone()
     assert row is not None

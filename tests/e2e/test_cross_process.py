@@ -33,8 +33,12 @@ async def api_url(settings: Settings) -> AsyncIterator[str]:
 async def test_events_from_a_worker_elsewhere_reach_the_api_stream(api_url: str) -> None:
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
         conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-        run = (await client.post(f"/api/conversations/{conv}/messages",
-                                 json={"content": "hi", "model": "scripted:quick"})).json()
+        run = (
+            await client.post(
+                f"/api/conversations/{conv}/messages",
+                json={"content": "hi", "model": "scripted:quick"},
+            )
+        ).json()
         events = await read_sse(client, run["streamUrl"])
     assert events[-1].event == "run.completed"
     assert rebuild_output(events) == "quick answer"
@@ -44,8 +48,12 @@ async def test_events_from_a_worker_elsewhere_reach_the_api_stream(api_url: str)
 async def test_idle_stream_sends_heartbeats(api_url: str) -> None:
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
         conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-        run = (await client.post(f"/api/conversations/{conv}/messages",
-                                 json={"content": "hi", "model": "scripted:pause"})).json()
+        run = (
+            await client.post(
+                f"/api/conversations/{conv}/messages",
+                json={"content": "hi", "model": "scripted:pause"},
+            )
+        ).json()
         raw = ""
         async with client.stream("GET", run["streamUrl"]) as response:
             async for text in response.aiter_text():

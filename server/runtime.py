@@ -1,0 +1,94 @@
+"""The process runtime: pool, migrations, checkpointer, graph, notifier and (optionally) worker.
+
+Shared by the API server (`create_app`'s lifespan) and the worker process (`agentrt worker`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+
+from graphs.agent import build_agent_graph
+from server.checkpoint import FencedPostgresSaver
+from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
+from server.executor import ExecutorDeps
+from server.models import ModelRegistry
+from server.notify import Notifier
+from server.settings import Settings
+from server.worker import Worker
+
+log = logging.getLogger("agentrt")
+
+
+@dataclass
+class Runtime:
+    """What a running process holds."""
+
+    url: str
+    pool: Pool
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    checkpointer: FencedPostgresSaver
+    notifier: Notifier
+    worker: Worker | None
+
+
+def redact_url(url: str) -> str:
+    """Hide the password in a database URL for logs."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+async def setup_checkpointer(pool: Pool) -> FencedPostgresSaver:
+    """Create LangGraph's (fenced) checkpointer on our pool and run its migrations once."""
+    checkpointer = FencedPostgresSaver(pool)
+    async with migration_lock(pool):
+        await checkpointer.setup()
+    return checkpointer
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings,
+    models: ModelRegistry,
+    tools: list[BaseTool],
+    *,
+    run_workers: bool,
+) -> AsyncIterator[Runtime]:
+    """Start everything a process needs; on exit drain the worker and close the rest."""
+    url = await asyncio.to_thread(resolve_database_url, settings)
+    async with open_pool(url, settings) as pool:
+        applied = await migrate(pool)
+        checkpointer = await setup_checkpointer(pool)
+        graph = build_agent_graph().compile(checkpointer=checkpointer)
+        notifier = Notifier(url)
+        await notifier.start()
+        worker = None
+        if run_workers:
+            worker = Worker(ExecutorDeps(pool, graph, models, tools, settings), notifier)
+            await worker.start()
+        log.info(
+            "agentrt ready: database %s%s, model %s, workers %s",
+            redact_url(url),
+            " (embedded)" if not settings.database_url else "",
+            settings.default_model,
+            f"in-process x{settings.worker_concurrency}" if worker else "none",
+        )
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+        try:
+            yield Runtime(url, pool, graph, checkpointer, notifier, worker)
+        finally:
+            if worker is not None:
+                await worker.stop()
+            await notifier.stop()
