@@ -14,12 +14,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.models import ModelRegistry, UnknownModelError
-from server.routes import conversations, health, runs
+from server.routes import admin, conversations, health, runs
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
 from server.settings import Settings
-from server.store import ConversationNotFoundError
-from tools.builtin import builtin_tools
+from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
+from tools.builtin import builtin_tools, load_tool_modules
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -76,9 +76,24 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_illegal(_: Request, exc: IllegalTransitionError) -> JSONResponse:
         return _error(409, "illegal_transition", str(exc))
 
+    @app.exception_handler(ConversationBusyError)
+    async def on_busy(_: Request, exc: ConversationBusyError) -> JSONResponse:
+        return _error(409, "conversation_busy", str(exc), runId=exc.run_id)
+
+    @app.exception_handler(TooManyRunsError)
+    async def on_too_many(_: Request, exc: TooManyRunsError) -> JSONResponse:
+        response = _error(429, "too_many_runs", str(exc))
+        response.headers["Retry-After"] = "5"
+        return response
+
     @app.exception_handler(UnknownModelError)
     async def on_model(_: Request, exc: UnknownModelError) -> JSONResponse:
         return _error(400, "unknown_model", str(exc))
+
+
+def default_tools(settings: Settings) -> list[BaseTool]:
+    """The built-in tools plus those named in `AGENTRT_TOOL_MODULES`."""
+    return builtin_tools(settings.fetch_allowlist) + load_tool_modules(settings.tool_modules)
 
 
 def create_app(
@@ -95,7 +110,7 @@ def create_app(
         tools: The tools runs may use; the built-in tools by default.
     """
     registry = models or ModelRegistry(settings)
-    run_tools = tools if tools is not None else builtin_tools(settings.fetch_allowlist)
+    run_tools = tools if tools is not None else default_tools(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +125,6 @@ def create_app(
     app.state.settings = settings
     app.state.models = registry
     install_error_handlers(app)
-    for router in (health.router, conversations.router, runs.router):
+    for router in (health.router, conversations.router, runs.router, admin.router):
         app.include_router(router)
     return app

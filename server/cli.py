@@ -41,7 +41,31 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         "        then POST a message to it, or simply: .venv/bin/agentrt run 'what is 6*7?'",
         flush=True,
     )
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None)
+    uvicorn.run(
+        create_app(settings), host=host, port=port, log_config=None, timeout_graceful_shutdown=5
+    )
+    return 0
+
+
+async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    import signal
+
+    from server.app import default_tools
+    from server.models import ModelRegistry
+    from server.runtime import open_runtime
+
+    if args.concurrency:
+        settings = settings.model_copy(update={"worker_concurrency": args.concurrency})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    models = ModelRegistry(settings)
+    async with open_runtime(settings, models, default_tools(settings), run_workers=True) as rt:
+        assert rt.worker is not None
+        print(f"agentrt worker {rt.worker.owner} ready", flush=True)
+        await stop.wait()
+        print(f"agentrt worker {rt.worker.owner} draining", flush=True)
     return 0
 
 
@@ -161,13 +185,19 @@ async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     from server.db import migrate, open_pool, resolve_database_url
+    from server.maintenance import prune_checkpoints
     from server.runtime import setup_checkpointer
 
     url = resolve_database_url(settings)
     async with open_pool(url, settings.model_copy(update={"db_pool_min": 1})) as pool:
         applied = await migrate(pool)
-        await setup_checkpointer(pool)
-    print("applied: " + (", ".join(applied) or "nothing, schema is current"))
+        checkpointer = await setup_checkpointer(pool)
+        if args.action == "migrate":
+            print("applied: " + (", ".join(applied) or "nothing, schema is current"))
+        else:
+            days = settings.checkpoint_retention_days if args.days is None else args.days
+            count = await prune_checkpoints(pool, checkpointer, retention_days=days)
+            print(f"pruned the checkpoints of {count} conversations idle for {days:g} days")
     return 0
 
 
@@ -204,8 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--roles", default="", help="comma-separated, e.g. reviewer,admin")
     create.add_argument("--label")
 
+    worker = sub.add_parser("worker", help="run workers only (any number, on any machine)")
+    worker.add_argument("--concurrency", type=int, help="runs at a time in this process")
+
     db = sub.add_parser("db", help="database maintenance")
-    db.add_subparsers(dest="action", required=True).add_parser("migrate")
+    db_sub = db.add_subparsers(dest="action", required=True)
+    db_sub.add_parser("migrate", help="apply schema migrations")
+    prune = db_sub.add_parser("prune", help="keep only the latest checkpoint of idle conversations")
+    prune.add_argument("--days", type=float, help="idle for this long (default: the setting)")
     return parser
 
 
@@ -216,7 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(settings)
     if args.command == "serve":
         return cmd_serve(settings, args)
-    handlers = {"run": cmd_run, "runs": cmd_runs, "keys": cmd_keys, "db": cmd_db}
+    handlers = {
+        "run": cmd_run,
+        "runs": cmd_runs,
+        "keys": cmd_keys,
+        "db": cmd_db,
+        "worker": cmd_worker,
+    }
     return asyncio.run(handlers[args.command](settings, args))
 
 

@@ -19,6 +19,7 @@ from graphs.agent import build_agent_graph
 from server.checkpoint import FencedPostgresSaver
 from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
 from server.executor import ExecutorDeps
+from server.maintenance import prune_checkpoints
 from server.models import ModelRegistry
 from server.notify import Notifier
 from server.settings import Settings
@@ -86,9 +87,26 @@ async def open_runtime(
         )
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
+        housekeeping = (
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
+        )
         try:
             yield Runtime(url, pool, graph, checkpointer, notifier, worker)
         finally:
+            if housekeeping is not None:
+                housekeeping.cancel()
+                await asyncio.gather(housekeeping, return_exceptions=True)
             if worker is not None:
                 await worker.stop()
             await notifier.stop()
+
+
+async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings) -> None:
+    while True:
+        await asyncio.sleep(settings.prune_interval_s)
+        try:
+            await prune_checkpoints(
+                pool, checkpointer, retention_days=settings.checkpoint_retention_days
+            )
+        except Exception:
+            log.exception("checkpoint pruning failed; will retry")

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     max_message_chars: int = 100_000
 
     fetch_allowlist: list[str] = ["example.com", "httpbin.org"]
+    # Extra tools to load, as "package.module:attribute" (a BaseTool or a list of them).
+    tool_modules: list[str] = []
     tool_timeout_s: float = 30.0
 
     run_workers: bool = True

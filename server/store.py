@@ -19,6 +19,27 @@ class ConversationNotFoundError(LookupError):
     """No such conversation for this tenant."""
 
 
+class ConversationBusyError(RuntimeError):
+    """The conversation has a run in progress and the policy is `reject`."""
+
+    def __init__(self, conversation_id: str, run_id: str, status: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id} has run {run_id} in progress ({status}); wait for "
+            "it, cancel it, or send again with ifBusy 'enqueue' or 'interrupt'"
+        )
+        self.run_id = run_id
+
+
+class TooManyRunsError(RuntimeError):
+    """The user has as many runs in progress as the limit allows (policy `reject`)."""
+
+    def __init__(self, limit: int, count: int) -> None:
+        super().__init__(
+            f"you have {count} runs queued or running; the limit is {limit}. Wait for one to "
+            "finish or cancel one"
+        )
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
@@ -87,16 +108,50 @@ async def create_conversation(
     return row
 
 
-async def get_conversation(conn: Conn, who: Principal, conversation_id: str) -> dict[str, Any]:
-    """Return the tenant's conversation or raise ConversationNotFoundError."""
+async def get_conversation(
+    conn: Conn, who: Principal, conversation_id: str, *, lock: bool = False
+) -> dict[str, Any]:
+    """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError."""
     cur = await conn.execute(
-        "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s",
+        "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
+        + (" FOR UPDATE" if lock else ""),
         (conversation_id, who.tenant_id),
     )
     row = await cur.fetchone()
     if row is None:
         raise ConversationNotFoundError(conversation_id)
     return row
+
+
+_IN_PROGRESS = "('queued', 'running', 'waiting_tool', 'waiting_user', 'paused')"
+
+
+async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
+    if policy == "enqueue":
+        return
+    cur = await conn.execute(
+        f"SELECT id, status FROM runs WHERE conversation_id = %s AND status IN {_IN_PROGRESS}"
+        " ORDER BY created_at FOR UPDATE",
+        (conversation_id,),
+    )
+    busy = await cur.fetchall()
+    if not busy:
+        return
+    if policy == "reject":
+        raise ConversationBusyError(conversation_id, busy[0]["id"], busy[0]["status"])
+    for row in busy:
+        await cancel_locked(conn, row["id"], RunStatus(row["status"]), who.user_id)
+
+
+async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
+    cur = await conn.execute(
+        f"SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND user_id = %s"
+        f" AND status IN {_IN_PROGRESS}",
+        (who.tenant_id, who.user_id),
+    )
+    row = await cur.fetchone()
+    if row is not None and row["n"] >= limit:
+        raise TooManyRunsError(limit, row["n"])
 
 
 async def create_run(
@@ -106,11 +161,24 @@ async def create_run(
     content: str,
     model: str,
     options: dict[str, Any],
+    *,
+    if_busy: str = "enqueue",
+    user_limit: int | None = None,
 ) -> dict[str, Any]:
-    """Store the user message and a queued run with its `run.created` event, atomically."""
+    """Store the user message and a queued run with its `run.created` event, atomically.
+
+    Args:
+        if_busy: What to do when the conversation already has a run in progress: `enqueue`
+            (run after it), `reject` (ConversationBusyError), `interrupt` (cancel it first).
+        user_limit: With the `reject` limit policy, the most runs a user may have queued or
+            active; beyond it, TooManyRunsError. None queues without limit.
+    """
     message_id, run_id = new_id("msg"), new_id("run")
     async with pool.connection() as conn, conn.transaction():
-        await get_conversation(conn, who, conversation_id)
+        await get_conversation(conn, who, conversation_id, lock=True)
+        await _apply_busy_policy(conn, who, conversation_id, if_busy)
+        if user_limit is not None:
+            await _refuse_over_limit(conn, who, user_limit)
         await conn.execute(
             "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
             " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
@@ -186,6 +254,28 @@ async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> lis
         return await cur.fetchall()
 
 
+async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> None:
+    """Cancel a run whose row the caller holds locked (`SELECT … FOR UPDATE`).
+
+    A run no worker holds is cancelled here and now; a running one is flagged and its worker,
+    wherever it runs, is told through NOTIFY (the heartbeat catches a missed notification).
+
+    Raises:
+        RunFinishedError: the run already ended.
+    """
+    reason = {"reason": "cancel requested", "by": by}
+    if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
+        await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+    elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
+        await conn.execute(
+            "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
+            (run_id,),
+        )
+        await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+    else:
+        raise RunFinishedError(run_id, status)
+
+
 async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
     """Cancel a run: at once when no worker holds it, else ask its worker to stop.
 
@@ -202,16 +292,5 @@ async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, A
             row = await cur.fetchone()
             if row is None:
                 raise RunNotFoundError(run_id)
-            status = RunStatus(row["status"])
-            reason = {"reason": "cancel requested", "by": who.user_id}
-            if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
-                await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
-            elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
-                await conn.execute(
-                    "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
-                    (run_id,),
-                )
-                await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
-            else:
-                raise RunFinishedError(run_id, status)
+            await cancel_locked(conn, run_id, RunStatus(row["status"]), who.user_id)
         return await get_run(conn, who, run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -131,6 +132,20 @@ def make_fetch_url(allowlist: Sequence[str], max_chars: int = 4000) -> BaseTool:
         return f"HTTP {response.status_code}\n{text[:max_chars]}{cut}"
 
     return fetch_url
+
+
+def load_tool_modules(paths: Sequence[str]) -> list[BaseTool]:
+    """Import extra tools named "package.module:attribute" (a BaseTool or a list of them)."""
+    found: list[BaseTool] = []
+    for path in paths:
+        module_name, _, attribute = path.partition(":")
+        value = getattr(importlib.import_module(module_name), attribute)
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if not isinstance(item, BaseTool):
+                raise TypeError(f"{path} gives {type(item).__name__}, not a tool")
+            found.append(item)
+    return found
 
 
 def builtin_tools(fetch_allowlist: Sequence[str]) -> list[BaseTool]:

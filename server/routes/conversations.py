@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,16 +38,25 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=7 * 24 * 3600, alias="timeoutSeconds"
+    )
 
 
 class MessageIn(BaseModel):
     """Body of `POST /api/conversations/{id}/messages`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     content: str
     model: str | None = None
     options: RunOptions = Field(default_factory=RunOptions)
+    if_busy: Literal["enqueue", "reject", "interrupt"] | None = Field(
+        default=None,
+        alias="ifBusy",
+        description="When the conversation has a run in progress; the server's "
+        "AGENTRT_CONVERSATION_BUSY_POLICY by default.",
+    )
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -96,7 +105,18 @@ async def post_message(
             model = (await get_conversation(conn, who, conversation_id))["model"]
     model = request.app.state.models.validate(model)
     options = body.options.model_dump(by_alias=True, exclude_none=True)
-    run = await create_run(pool, who, conversation_id, body.content, model, options)
+    limits = settings.tenant_limits.get(who.tenant_id, {})
+    user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
+    run = await create_run(
+        pool,
+        who,
+        conversation_id,
+        body.content,
+        model,
+        options,
+        if_busy=body.if_busy or settings.conversation_busy_policy,
+        user_limit=user_limit if settings.limit_policy == "reject" else None,
+    )
     return {
         "runId": run["id"],
         "status": run["status"],

@@ -90,9 +90,10 @@ async def test_cancel_stops_a_streaming_run_with_one_terminal_event(quick: Setti
 
 async def test_run_resumes_after_its_server_stops_mid_answer(quick: Settings) -> None:
     # No drain grace: the first server hands the run back mid-answer.
-    async with serve(app_for(quick, drain_grace_s=0)) as url, httpx.AsyncClient(
-        base_url=url
-    ) as client:
+    async with (
+        serve(app_for(quick, drain_grace_s=0)) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
         run = await post_run(client)
         before = await wait_for_text(client, run["runId"], 1)
     # The first server is gone mid-answer; its lease expires and a new server takes over.
