@@ -109,7 +109,7 @@ async def execute_run(
         await _finish(writer, "run.requeued", {"reason": "worker draining"})
         return
     except (LeaseLostError, RunFinishedError):
-        log.info("run %s: stopped writing (%s)", run_id, writer.error)
+        log.info("run %s: lease lost; stopped writing (%s)", run_id, writer.error)
         await writer.close()
         return
     except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
@@ -219,4 +219,5 @@ async def _on_cancelled(writer: EventWriter, projector: StreamProjector, handle:
         # Hand the run back at once instead of waiting for the lease to expire.
         await _finish(writer, "run.requeued", {"reason": "worker stopped"})
     else:
+        log.info("run %s: lease lost; stopped without writing", writer.run_id)
         await writer.close()

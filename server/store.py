@@ -75,6 +75,8 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "lastEventId": row["last_event_seq"],
         "usage": row["usage"],
         "cancelRequested": row["cancel_requested"],
+        "leaseOwner": row["lease_owner"],
+        "recoveries": row["recoveries"],
         "createdAt": _iso(row["created_at"]),
         "startedAt": _iso(row["started_at"]),
         "finishedAt": _iso(row["finished_at"]),

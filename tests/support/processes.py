@@ -1,0 +1,103 @@
+"""Real `agentrt worker` processes for crash, drain and fencing tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nodes.models.scripted import ScriptedTurn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_scripts(path: Path, scripts: Mapping[str, Sequence[ScriptedTurn]]) -> Path:
+    """Write scripts in the `AGENTRT_SCRIPTED_MODELS_FILE` format."""
+    path.write_text(json.dumps({n: [t.model_dump() for t in s] for n, s in scripts.items()}))
+    return path
+
+
+class WorkerProcess:
+    """One `python -m server.cli worker` process, with its output captured."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output: list[str] = []
+        self._reader: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self, timeout: float = 60) -> WorkerProcess:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "server.cli",
+            "worker",
+            cwd=ROOT,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._read())
+        async with asyncio.timeout(timeout):
+            await self._ready.wait()
+        return self
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.output.append(line)
+            if "worker" in line and line.endswith("ready"):
+                self._ready.set()
+
+    async def wait_for_output(self, text: str, timeout: float = 30) -> None:
+        async with asyncio.timeout(timeout):
+            while not any(text in line for line in self.output):
+                await asyncio.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signum)
+
+    async def wait(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        async with asyncio.timeout(timeout):
+            code = await self.proc.wait()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        return code
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGCONT)
+                self.proc.kill()
+            await self.wait()
+
+
+def worker_env(database_url: str, **settings: Any) -> dict[str, str]:
+    """Environment for a worker process: the test database plus `AGENTRT_*` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    env["DATABASE_URL"] = database_url
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in settings.items():
+        env[f"AGENTRT_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def workers(env: dict[str, str], count: int = 1) -> AsyncIterator[list[WorkerProcess]]:
+    """Start `count` worker processes; kill whatever is left at the end."""
+    started = [WorkerProcess(env) for _ in range(count)]
+    try:
+        await asyncio.gather(*(w.start() for w in started))
+        yield started
+    finally:
+        await asyncio.gather(*(w.close() for w in started), return_exceptions=True)
