@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,13 +12,22 @@ import pytest
 
 from server.db import Pool, migrate, open_pool
 from server.settings import Settings
-from tests.support.postgres import create_database, drop_database, server_url
+from tests.support.postgres import create_database, drop_database, server_url, stop_server
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The admin URL of the test Postgres server."""
-    return server_url(tmp_path_factory.mktemp("pgserver"), os.environ.get("DATABASE_URL"))
+def pg_admin_url() -> Iterator[str]:
+    """The admin URL of the test Postgres server.
+
+    Its data lives in a folder of its own, not under pytest's temporary root, which pytest
+    prunes when other sessions start (several suites may run at once on one machine).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-pg-"))
+    try:
+        yield server_url(folder, os.environ.get("DATABASE_URL"))
+    finally:
+        stop_server(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -268,3 +268,19 @@ async def test_a_run_that_keeps_losing_its_worker_is_dead_lettered(
     assert [e.event for e in events].count("run.started") == 2
     record = (await client.get(f"/api/runs/{run['runId']}")).json()
     assert record["status"] == "failed" and record["error"]["type"] == "dead_letter"
+
+
+async def test_cancel_reaches_a_run_in_another_process_within_seconds(
+    client: httpx.AsyncClient, env: dict[str, str]
+) -> None:
+    async with workers(env, 1):
+        run = await post(client, "stream")
+        await wait_until(client, run["runId"], streaming_answer)
+        asked = time.monotonic()
+        response = await client.post(f"/api/runs/{run['runId']}/cancel")
+        assert response.status_code == 202
+        events = await read_sse(client, run["streamUrl"])
+        took = time.monotonic() - asked
+    assert events[-1].event == "run.cancelled"
+    assert [e.event for e in events].count("run.cancelled") == 1
+    assert took < 5, f"cancel took {took:.1f}s"

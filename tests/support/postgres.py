@@ -19,6 +19,14 @@ def server_url(tmp_root: Path, external: str | None) -> str:
     return str(server.get_uri())
 
 
+def stop_server(tmp_root: Path) -> None:
+    """Stop the embedded server started by `server_url`, if any."""
+    if (tmp_root / "pg").exists():
+        import pgserver
+
+        pgserver.get_server(tmp_root / "pg", cleanup_mode="stop").cleanup()
+
+
 def create_database(admin_url: str, prefix: str = "t") -> str:
     """Create a fresh database with a unique name and return its URL."""
     name = f"{prefix}_{secrets.token_hex(6)}"

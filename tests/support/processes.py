@@ -32,8 +32,9 @@ class WorkerProcess:
         self.output: list[str] = []
         self._reader: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._new_output = asyncio.Event()
 
-    async def start(self, timeout: float = 60) -> WorkerProcess:
+    async def start(self, limit_s: float = 60) -> WorkerProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -45,7 +46,7 @@ class WorkerProcess:
             stderr=asyncio.subprocess.STDOUT,
         )
         self._reader = asyncio.create_task(self._read())
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(limit_s):
             await self._ready.wait()
         return self
 
@@ -54,21 +55,23 @@ class WorkerProcess:
         async for raw in self.proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self.output.append(line)
+            self._new_output.set()
             if "worker" in line and line.endswith("ready"):
                 self._ready.set()
 
-    async def wait_for_output(self, text: str, timeout: float = 30) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait_for_output(self, text: str, limit_s: float = 30) -> None:
+        async with asyncio.timeout(limit_s):
             while not any(text in line for line in self.output):
-                await asyncio.sleep(0.05)
+                self._new_output.clear()
+                await self._new_output.wait()
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signum)
 
-    async def wait(self, timeout: float = 60) -> int:
+    async def wait(self, limit_s: float = 60) -> int:
         assert self.proc is not None
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(limit_s):
             code = await self.proc.wait()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 from pathlib import Path
 
 from langchain_core.tools import tool
 
 
 @tool
-async def bump_counter(path: str, hold_s: float = 0.0) -> str:
+def bump_counter(path: str, hold_s: float = 0.0) -> str:
     """Add one to the counter kept in the file at `path`, then wait `hold_s` seconds.
 
     Args:
@@ -20,5 +20,5 @@ async def bump_counter(path: str, hold_s: float = 0.0) -> str:
     with counter.open("a") as f:
         f.write("bump\n")
     count = len(counter.read_text().splitlines())
-    await asyncio.sleep(hold_s)
+    time.sleep(hold_s)
     return f"counter is now {count}"

@@ -1,0 +1,79 @@
+"""Checkpoint retention keeps the latest checkpoint of idle conversations, and only that."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+
+from nodes.models.scripted import ScriptedTurn
+from server.auth import Principal
+from server.db import Pool
+from server.eventlog import load_head
+from server.maintenance import prune_checkpoints
+from server.models import ModelRegistry
+from server.runtime import Runtime, open_runtime
+from server.settings import Settings
+from server.store import create_conversation, create_run
+
+WHO = Principal("t", "u")
+
+
+@pytest.fixture(scope="module")
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    models = ModelRegistry(settings, {"hi": [ScriptedTurn(text="hello")]})
+    async with open_runtime(settings, models, [], run_workers=True) as rt:
+        yield rt
+
+
+async def run_to_end(runtime: Runtime, conv: str) -> None:
+    run = await create_run(runtime.pool, WHO, conv, "hi", "scripted:hi", {})
+    async with runtime.pool.connection() as conn:
+        with runtime.notifier.watch_run(run["id"]) as wake:
+            while (await load_head(conn, run["id"], lock=False)).status != "completed":
+                await wake.wait()
+                wake.clear()
+
+
+async def checkpoints(pool: Pool, conv: str) -> int:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (conv,)
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row["n"])
+
+
+async def test_prune_keeps_the_latest_checkpoint_and_the_conversation_continues(
+    runtime: Runtime,
+) -> None:
+    idle = (await create_conversation(runtime.pool, WHO, None, None, {}))["id"]
+    recent = (await create_conversation(runtime.pool, WHO, None, None, {}))["id"]
+    for conv in (idle, idle, recent):
+        await run_to_end(runtime, conv)
+    assert await checkpoints(runtime.pool, idle) > 1
+    config: RunnableConfig = {"configurable": {"thread_id": idle}}
+    before = (await runtime.graph.aget_state(config)).values
+
+    # Retention 0 days: everything finished is old enough, nothing in progress is touched.
+    pruned = await prune_checkpoints(runtime.pool, runtime.checkpointer, retention_days=0)
+
+    assert pruned >= 2
+    assert await checkpoints(runtime.pool, idle) == 1
+    assert await checkpoints(runtime.pool, recent) == 1
+    after = (await runtime.graph.aget_state(config)).values
+    assert after["messages"] == before["messages"]
+    await run_to_end(runtime, idle)  # the next message resumes from the kept checkpoint
+    final = (await runtime.graph.aget_state(config)).values
+    assert len(final["messages"]) == len(before["messages"]) + 2
+
+
+async def test_prune_leaves_recent_conversations_alone(runtime: Runtime) -> None:
+    conv = (await create_conversation(runtime.pool, WHO, None, None, {}))["id"]
+    await run_to_end(runtime, conv)
+    await run_to_end(runtime, conv)
+    count = await checkpoints(runtime.pool, conv)
+    await prune_checkpoints(runtime.pool, runtime.checkpointer, retention_days=1)
+    assert await checkpoints(runtime.pool, conv) == count
