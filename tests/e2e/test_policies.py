@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -80,7 +81,7 @@ async def test_a_users_burst_does_not_starve_another_user(
         alice_events = [await read_sse(alice, r["streamUrl"]) for r in burst]
         bob_events = await read_sse(bob, bobs["streamUrl"])
     spans = sorted(span(e) for e in alice_events)
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, "alice had two runs active at once (limit 1)"
     third_start = spans[2][0]
     assert span(bob_events)[0] < third_start, "bob waited behind alice's whole burst"
@@ -90,15 +91,15 @@ async def test_reject_policy_answers_429_over_the_limit(
     limited: Settings, keys: dict[str, str], pool: Pool
 ) -> None:
     strict = limited.model_copy(update={"limit_policy": "reject", "run_workers": False})
-    async with serve(create_app(strict, models=ModelRegistry(strict, SCRIPTS))) as url:
-        async with client_for(url, keys["bob"]) as bob:
-            first = await post(bob, "quick")
-            assert first.status_code == 202
-            second = await post(bob, "quick")
-            assert second.status_code == 429
-            assert "limit is 1" in second.json()["error"]["message"]
-            assert second.headers["Retry-After"]
-            await bob.post(f"/api/runs/{first.json()['runId']}/cancel")
+    app = create_app(strict, models=ModelRegistry(strict, SCRIPTS))
+    async with serve(app) as url, client_for(url, keys["bob"]) as bob:
+        first = await post(bob, "quick")
+        assert first.status_code == 202
+        second = await post(bob, "quick")
+        assert second.status_code == 429
+        assert "limit is 1" in second.json()["error"]["message"]
+        assert second.headers["Retry-After"]
+        await bob.post(f"/api/runs/{first.json()['runId']}/cancel")
 
 
 async def test_second_message_policies(base_url: str, keys: dict[str, str]) -> None:
@@ -180,5 +181,7 @@ async def test_admin_queue_shows_workers_and_needs_the_admin_role(
 
 async def _wait_status(client: httpx.AsyncClient, run_id: str, status: str) -> None:
     async with asyncio.timeout(20):
-        while (await client.get(f"/api/runs/{run_id}")).json()["status"] != status:
+        while True:
+            if (await client.get(f"/api/runs/{run_id}")).json()["status"] == status:
+                return
             await asyncio.sleep(0.02)
