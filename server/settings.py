@@ -41,8 +41,8 @@ class Settings(BaseSettings):
 
     run_workers: bool = True
     worker_concurrency: int = 16
-    lease_seconds: float = 30.0
-    worker_poll_seconds: float = 5.0
+    lease_seconds: float = 10.0
+    worker_poll_seconds: float = 2.0
 
     drain_grace_s: float = 20.0
     max_recoveries: int = 3

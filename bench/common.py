@@ -1,0 +1,226 @@
+"""Shared pieces of the benchmarks: machine facts, an embedded Postgres, processes, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    """One line about this machine and the versions that matter."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = ", ".join(
+        f"{p} {metadata.version(p)}"
+        for p in ("langgraph", "langgraph-checkpoint-postgres", "psycopg", "fastapi", "uvicorn")
+    )
+    return (
+        f"{os.cpu_count()} cores, {mem:.0f} GiB, {platform.machine()}, "
+        f"Python {platform.python_version()}, {versions}"
+    )
+
+
+@contextlib.contextmanager
+def embedded_postgres() -> Iterator[str]:
+    """Start a throw-away embedded Postgres; yield its URL."""
+    warnings.simplefilter("ignore")
+    import pgserver  # type: ignore[import-untyped]
+
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))
+    server = pgserver.get_server(folder / "pg", cleanup_mode="stop")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def env_for(database_url: str, **settings: Any) -> dict[str, str]:
+    """Environment for agentrt processes: the database plus `AGENTRT_*` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    env.update(DATABASE_URL=database_url, PYTHONUNBUFFERED="1", AGENTRT_LOG_LEVEL="WARNING")
+    for key, value in settings.items():
+        env[f"AGENTRT_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+def write_scripts(folder: Path, scripts: Mapping[str, Sequence[Mapping[str, Any]]]) -> Path:
+    """Write scripted-model turns to a file for `AGENTRT_SCRIPTED_MODELS_FILE`."""
+    path = folder / "scripts.json"
+    path.write_text(json.dumps(scripts))
+    return path
+
+
+@dataclass
+class Proc:
+    """A started agentrt process."""
+
+    popen: subprocess.Popen[bytes]
+    url: str | None = None
+
+    def kill(self, signum: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.popen.pid, signum)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+        try:
+            self.popen.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.popen.wait(10)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def start_api(env: dict[str, str], *, workers: bool = False) -> Proc:
+    """Start `agentrt serve` on a free port; wait until it answers /readyz."""
+    port = free_port()
+    args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+    if not workers:
+        args.append("--no-workers")
+    popen = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return Proc(popen, url)
+        if popen.poll() is not None:
+            raise RuntimeError("the API server exited at start")
+        import time
+
+        time.sleep(0.05)
+    raise TimeoutError("the API server did not become ready")
+
+
+def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
+    """Start `agentrt worker`; wait until it says it is ready."""
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "worker", "--concurrency", str(concurrency)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert popen.stdout is not None
+    for raw in popen.stdout:
+        if raw.decode().strip().endswith("ready"):
+            return Proc(popen)
+    raise RuntimeError("the worker exited at start")
+
+
+@contextlib.contextmanager
+def processes(procs: list[Proc]) -> Iterator[list[Proc]]:
+    """Stop every process at the end."""
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+async def post_run(client: httpx.AsyncClient, model: str) -> str:
+    """Create a conversation and a run; return the run id."""
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    response = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": "go", "model": model}
+    )
+    response.raise_for_status()
+    return str(response.json()["runId"])
+
+
+async def follow_to_end(client: httpx.AsyncClient, run_id: str) -> str:
+    """Read the run's SSE stream until its terminal event; return that event's type."""
+    last = ""
+    async with client.stream("GET", f"/api/runs/{run_id}/events") as response:
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                last = line[7:]
+    return last
+
+
+@dataclass
+class Figures:
+    """A benchmark's result: a markdown section and its headline numbers."""
+
+    title: str
+    command: str
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def markdown(self) -> str:
+        return "\n".join(
+            [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, ""]
+        )
+
+
+def quantiles(values: Sequence[float]) -> dict[str, float]:
+    """Median, p95, p99 and spread (max - min) of `values`."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "spread": 0.0}
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+    return {
+        "p50": statistics.median(ordered),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "spread": ordered[-1] - ordered[0],
+    }
+
+
+@contextlib.asynccontextmanager
+async def http(url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client for the benchmark's server."""
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(60, read=None), limits=limits
+    ) as client:
+        yield client
+
+
+def run_async(coro: Any) -> Any:
+    """Run a coroutine with a hard ceiling so that no benchmark hangs."""
+
+    async def bounded() -> Any:
+        async with asyncio.timeout(900):
+            return await coro
+
+    return asyncio.run(bounded())

@@ -1,0 +1,104 @@
+"""Worker scaling and recovery: runs/s with 1, 2 and 4 worker processes; time to recover.
+
+The model is scripted with zero latency: one tool call, then a 20-token streamed answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import (
+    Figures,
+    env_for,
+    follow_to_end,
+    http,
+    post_run,
+    processes,
+    start_api,
+    start_worker,
+    write_scripts,
+)
+
+TOOL_TURN = {"text": "", "tool_calls": [{"name": "calculator", "args": {"expression": "6*7"}}]}
+ANSWER = {"text": "word " * 20, "chunk_chars": 5}
+SCRIPTS = {
+    "bench": [TOOL_TURN, ANSWER],
+    "long": [TOOL_TURN, {"text": "tick " * 2000, "chunk_chars": 5, "delay_s": 0.01}],
+}
+
+
+async def throughput(url: str, runs: int, concurrency: int) -> float:
+    """Post `runs` runs, `concurrency` at a time, each followed to its end; return runs/s."""
+    async with http(url) as client:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with gate:
+                run_id = await post_run(client, "scripted:bench")
+                assert await follow_to_end(client, run_id) == "run.completed"
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(runs)))
+        return runs / (time.perf_counter() - started)
+
+
+def main(database_url: str, quick: bool) -> Figures:
+    figures = Figures("Worker processes: throughput and recovery", "make bench (bench/workers.py)")
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-workers-"))
+    scripts = write_scripts(folder, SCRIPTS)
+    env = env_for(database_url, scripted_models_file=str(scripts))
+    runs = 60 if quick else 200
+    repeats = 1 if quick else 3
+    api = start_api(env)
+    assert api.url is not None
+    with processes([api]):
+        figures.add("| worker processes | runs/s (median) | spread | repeats |")
+        figures.add("|---|---|---|---|")
+        for count in (1, 2, 4):
+            workers = [start_worker(env) for _ in range(count)]
+            with processes(workers):
+                rates = [asyncio.run(throughput(api.url, runs, 32)) for _ in range(repeats)]
+            figures.add(
+                f"| {count} | {statistics.median(rates):.1f} | "
+                f"{max(rates) - min(rates):.1f} | {repeats} × {runs} runs, 32 in flight |"
+            )
+        figures.add("")
+        times = []
+        for _ in range(1 if quick else 3):
+            times.append(asyncio.run(_recover_once(api.url, env)))
+        figures.add(
+            f"Recovery after `kill -9` of the worker running a run (default lease "
+            f"settings, 2 workers): median {statistics.median(times):.1f} s from the kill to "
+            f"the run's next event (all: {', '.join(f'{t:.1f}' for t in times)} s). "
+            "Target: ≤ 15 s."
+        )
+    return figures
+
+
+async def _recover_once(url: str, env: dict[str, str]) -> float:
+    workers = [start_worker(env, 4) for _ in range(2)]
+    with processes(workers):
+        async with http(url) as client:
+            run_id = await post_run(client, "scripted:long")
+            while True:
+                snap = (await client.get(f"/api/runs/{run_id}/snapshot")).json()
+                if snap["items"] and len(snap["items"][-1]["text"]) > 50:
+                    break
+                await asyncio.sleep(0.01)
+            owner = (await client.get(f"/api/runs/{run_id}")).json()["leaseOwner"]
+            victim = next(w for w in workers if f":{w.popen.pid}:" in owner)
+            seen = snap["lastEventId"]
+            victim.kill()
+            killed = time.perf_counter()
+            while True:
+                record = (await client.get(f"/api/runs/{run_id}")).json()
+                if record["lastEventId"] > seen + 1 and record["attempt"] == 2:
+                    took = time.perf_counter() - killed
+                    break
+                await asyncio.sleep(0.05)
+            await client.post(f"/api/runs/{run_id}/cancel")
+    return took
