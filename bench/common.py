@@ -196,7 +196,7 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
         return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "spread": 0.0}
 
     def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
     return {
         "p50": statistics.median(ordered),

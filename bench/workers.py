@@ -64,7 +64,7 @@ def main(database_url: str, quick: bool) -> Figures:
                 rates = [asyncio.run(throughput(api.url, runs, 32)) for _ in range(repeats)]
             figures.add(
                 f"| {count} | {statistics.median(rates):.1f} | "
-                f"{max(rates) - min(rates):.1f} | {repeats} × {runs} runs, 32 in flight |"
+                f"{max(rates) - min(rates):.1f} | {repeats} x {runs} runs, 32 in flight |"
             )
         figures.add("")
         times = []
