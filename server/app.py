@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -10,11 +10,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from langchain_core.tools import BaseTool
+from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.models import ModelRegistry, UnknownModelError
-from server.routes import admin, conversations, health, runs
+from server.routes import admin, conversations, health, observability, runs
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
 from server.settings import Settings
@@ -101,6 +102,7 @@ def create_app(
     *,
     models: ModelRegistry | None = None,
     tools: list[BaseTool] | None = None,
+    span_exporters: Sequence[SpanExporter] = (),
 ) -> FastAPI:
     """Build the app; database, worker and notifier start in its lifespan.
 
@@ -108,6 +110,7 @@ def create_app(
         settings: The process settings.
         models: The model registry (tests inject scripted models here).
         tools: The tools runs may use; the built-in tools by default.
+        span_exporters: Extra OpenTelemetry exporters (tests pass an in-memory one).
     """
     registry = models or ModelRegistry(settings)
     run_tools = tools if tools is not None else default_tools(settings)
@@ -115,7 +118,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime(
-            settings, registry, run_tools, run_workers=settings.run_workers
+            settings,
+            registry,
+            run_tools,
+            run_workers=settings.run_workers,
+            span_exporters=span_exporters,
         ) as runtime:
             app.state.runtime = runtime
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
@@ -125,6 +132,12 @@ def create_app(
     app.state.settings = settings
     app.state.models = registry
     install_error_handlers(app)
-    for router in (health.router, conversations.router, runs.router, admin.router):
+    for router in (
+        health.router,
+        conversations.router,
+        runs.router,
+        admin.router,
+        observability.router,
+    ):
         app.include_router(router)
     return app

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from typing import Any
 
@@ -17,12 +16,9 @@ TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 
 
 def _setup_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
-    for noisy in ("pgserver", "httpx", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from server.logs import setup_logging
+
+    setup_logging(settings.log_level, settings.log_format)
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -63,6 +59,10 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     models = ModelRegistry(settings)
     async with open_runtime(settings, models, default_tools(settings), run_workers=True) as rt:
         assert rt.worker is not None
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(settings.metrics_port, registry=rt.metrics.registry)
         print(f"agentrt worker {rt.worker.owner} ready", flush=True)
         await stop.wait()
         print(f"agentrt worker {rt.worker.owner} draining", flush=True)
@@ -159,6 +159,10 @@ async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"{r['runId']}  {r['status']:<12} {r['model']:<16} {r['createdAt']}{err}")
         elif args.action == "show":
             print(json.dumps(_check(await client.get(f"/api/runs/{args.run_id}")), indent=2))
+        elif args.action == "trace":
+            from server.traces import render_tree
+
+            print(render_tree(_check(await client.get(f"/api/runs/{args.run_id}/trace"))))
         elif args.action == "events":
             if args.follow:
                 await follow(client, args.run_id)
@@ -222,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs_list = runs_sub.add_parser("list")
     runs_list.add_argument("--limit", type=int, default=20)
     runs_sub.add_parser("show").add_argument("run_id")
+    runs_sub.add_parser("trace", help="print the run's trace as a tree").add_argument("run_id")
     events = runs_sub.add_parser("events")
     events.add_argument("run_id")
     events.add_argument("--follow", action="store_true", help="render live until the run ends")

@@ -15,6 +15,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphDrained, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
+from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
 from nodes.errors import StepLimitError
@@ -22,10 +23,13 @@ from server.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db import Pool
 from server.eventlog import Conn, LeaseLostError, RunFinishedError, RunHead
 from server.ids import new_id
+from server.logs import run_context
+from server.metrics import Metrics
 from server.models import ModelRegistry
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
 from server.snapshot import output_text, streaming_item_ids
+from server.tracing import RunInfo, Tracing
 from server.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,8 @@ class ExecutorDeps:
     models: ModelRegistry
     tools: list[BaseTool]
     settings: Settings
+    tracing: Tracing
+    metrics: Metrics
 
 
 @dataclass
@@ -79,6 +85,15 @@ def _seconds_left(deadline: datetime | None) -> float | None:
     return (deadline - datetime.now(UTC)).total_seconds()
 
 
+@dataclass
+class Outcome:
+    """How an attempt ended, and what to store for it."""
+
+    kind: str  # completed | failed | cancelled | requeued | abandoned
+    data: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False  # the task was cancelled; re-raise after storing
+
+
 async def execute_run(
     deps: ExecutorDeps, run: dict[str, Any], head: RunHead, handle: RunHandle | None = None
 ) -> None:
@@ -86,11 +101,11 @@ async def execute_run(
 
     `head` is the run's head right after the claim stored `run.started`. Whatever happens,
     the run leaves this function terminal, back in the queue, waiting, or (when the lease or
-    the database is lost) untouched for the reaper to recover.
+    the database is lost) untouched for the reaper to recover. The attempt is one span of the
+    run's trace; spans are stored before the run's final event.
     """
     handle = handle or RunHandle()
-    run_id = run["id"]
-    writer = EventWriter(deps.pool, head)
+    writer = EventWriter(deps.pool, head, on_stored=deps.metrics.events_written.inc)
     projector = StreamProjector(writer.emit)
     for item_id in streaming_item_ids(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
@@ -98,26 +113,50 @@ async def execute_run(
             "message.item.completed",
             {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
         )
+    info = RunInfo(run["id"], run["conversation_id"], run["tenant_id"], head.attempt)
+    token = run_context.set({"run_id": run["id"], "tenant_id": run["tenant_id"]})
+    try:
+        with deps.tracing.attempt(info) as span:
+            handler = deps.tracing.callbacks(info, span)
+            outcome = await _attempt(deps, run, projector, handle, [handler])
+            handler.close_all(f"attempt ended: {outcome.kind}")
+            if outcome.kind == "failed":
+                span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
+            span.set_attribute("agentrt.outcome", outcome.kind)
+        await _conclude(deps, writer, run, outcome)
+    finally:
+        run_context.reset(token)
+    if outcome.cancelled:
+        raise asyncio.CancelledError
+
+
+async def _attempt(
+    deps: ExecutorDeps,
+    run: dict[str, Any],
+    projector: StreamProjector,
+    handle: RunHandle,
+    callbacks: list[Any],
+) -> Outcome:
     deadline = asyncio.timeout(_seconds_left(run.get("deadline_at")))
     try:
         async with deadline:
-            await _drive(deps, run, projector, handle)
+            await _drive(deps, run, projector, handle, callbacks)
     except asyncio.CancelledError:
-        await _on_cancelled(writer, projector, handle)
-        raise
+        if handle.stop_reason == "cancel":
+            projector.close_open_items("interrupted", "run cancelled")
+            return Outcome("cancelled", {"reason": "cancel requested"}, cancelled=True)
+        if handle.stop_reason == "shutdown":
+            # Hand the run back at once instead of waiting for the lease to expire.
+            return Outcome("requeued", {"reason": "worker stopped"}, cancelled=True)
+        return Outcome("abandoned", {"reason": "lease lost"}, cancelled=True)
     except GraphDrained:
-        await _finish(writer, "run.requeued", {"reason": "worker draining"})
-        return
-    except (LeaseLostError, RunFinishedError):
-        log.info("run %s: lease lost; stopped writing (%s)", run_id, writer.error)
-        await writer.close()
-        return
+        return Outcome("requeued", {"reason": "worker draining"})
+    except (LeaseLostError, RunFinishedError) as exc:
+        return Outcome("abandoned", {"reason": f"lease lost: {exc}"})
     except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
         # The database went away mid-step: write nothing more; the lease expires and the run
         # is recovered from its last checkpoint when the database is back.
-        log.warning("run %s: database unavailable (%s); leaving it to recovery", run_id, exc)
-        await writer.close()
-        return
+        return Outcome("abandoned", {"reason": f"database unavailable: {exc}"})
     except Exception as exc:
         if isinstance(exc, TimeoutError) and deadline.expired():
             exc = RunTimeoutError(
@@ -126,14 +165,41 @@ async def execute_run(
             )
         projector.close_open_items("interrupted", "run failed")
         error_type, message = classify_failure(exc)
-        log.info("run %s failed: %s: %s", run_id, error_type, message)
-        await _finish(writer, "run.failed", {"errorType": error_type, "message": message})
-        return
-    await _complete(writer, run)
+        return Outcome("failed", {"errorType": error_type, "message": message})
+    return Outcome("completed")
+
+
+async def _conclude(
+    deps: ExecutorDeps, writer: EventWriter, run: dict[str, Any], outcome: Outcome
+) -> None:
+    run_id = run["id"]
+    if outcome.kind in ("completed", "failed", "cancelled"):
+        deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
+        elapsed = (datetime.now(UTC) - run["created_at"]).total_seconds()
+        deps.metrics.observe_run_end(run["tenant_id"], outcome.kind, elapsed)
+    try:
+        await deps.tracing.sink.flush()
+    except Exception:
+        log.exception("run %s: storing its spans failed; they will be retried", run_id)
+    if outcome.kind == "completed":
+        await _complete(writer, run)
+    elif outcome.kind == "abandoned":
+        log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
+        await writer.close()
+    else:
+        if outcome.kind == "failed":
+            log.info(
+                "run %s failed: %s: %s", run_id, outcome.data["errorType"], outcome.data["message"]
+            )
+        await _finish(writer, f"run.{outcome.kind}", outcome.data)
 
 
 async def _drive(
-    deps: ExecutorDeps, run: dict[str, Any], projector: StreamProjector, handle: RunHandle
+    deps: ExecutorDeps,
+    run: dict[str, Any],
+    projector: StreamProjector,
+    handle: RunHandle,
+    callbacks: list[Any],
 ) -> None:
     run_id = run["id"]
     options = run["options"] or {}
@@ -154,6 +220,7 @@ async def _drive(
             FENCE_GENERATION: run["lease_generation"],
         },
         "recursion_limit": context.max_steps * 3 + 10,
+        "callbacks": callbacks,
     }
     state = await deps.graph.aget_state(config)
     graph_input: dict[str, Any] | None
@@ -209,15 +276,3 @@ async def _complete(writer: EventWriter, run: dict[str, Any]) -> None:
     await _finish(
         writer, "run.completed", {"outputMessageId": message_id, "output": output}, store_message
     )
-
-
-async def _on_cancelled(writer: EventWriter, projector: StreamProjector, handle: RunHandle) -> None:
-    if handle.stop_reason == "cancel":
-        projector.close_open_items("interrupted", "run cancelled")
-        await _finish(writer, "run.cancelled", {"reason": "cancel requested"})
-    elif handle.stop_reason == "shutdown":
-        # Hand the run back at once instead of waiting for the lease to expire.
-        await _finish(writer, "run.requeued", {"reason": "worker stopped"})
-    else:
-        log.info("run %s: lease lost; stopped without writing", writer.run_id)
-        await writer.close()

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.checkpoint import FencedPostgresSaver
 from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
 from server.executor import ExecutorDeps
 from server.maintenance import prune_checkpoints
+from server.metrics import Metrics
 from server.models import ModelRegistry
 from server.notify import Notifier
 from server.settings import Settings
+from server.tracing import Tracing
 from server.worker import Worker
 
 log = logging.getLogger("agentrt")
@@ -38,6 +41,8 @@ class Runtime:
     checkpointer: FencedPostgresSaver
     notifier: Notifier
     worker: Worker | None
+    tracing: Tracing
+    metrics: Metrics
 
 
 def redact_url(url: str) -> str:
@@ -65,6 +70,7 @@ async def open_runtime(
     tools: list[BaseTool],
     *,
     run_workers: bool,
+    span_exporters: Sequence[SpanExporter] = (),
 ) -> AsyncIterator[Runtime]:
     """Start everything a process needs; on exit drain the worker and close the rest."""
     url = await asyncio.to_thread(resolve_database_url, settings)
@@ -74,9 +80,13 @@ async def open_runtime(
         graph = build_agent_graph().compile(checkpointer=checkpointer)
         notifier = Notifier(url)
         await notifier.start()
+        metrics = Metrics()
+        tracing = Tracing(pool, settings, metrics, span_exporters)
+        tracing.start()
         worker = None
         if run_workers:
-            worker = Worker(ExecutorDeps(pool, graph, models, tools, settings), notifier)
+            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
+            worker = Worker(deps, notifier)
             await worker.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
@@ -91,13 +101,14 @@ async def open_runtime(
             asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
         )
         try:
-            yield Runtime(url, pool, graph, checkpointer, notifier, worker)
+            yield Runtime(url, pool, graph, checkpointer, notifier, worker, tracing, metrics)
         finally:
             if housekeeping is not None:
                 housekeeping.cancel()
                 await asyncio.gather(housekeeping, return_exceptions=True)
             if worker is not None:
                 await worker.stop()
+            await tracing.stop()
             await notifier.stop()
 
 

@@ -79,3 +79,13 @@ class Settings(BaseSettings):
     url: str = "http://127.0.0.1:8000"
     api_key: str | None = None
     log_level: str = "INFO"
+    log_format: Literal["auto", "json", "text"] = "auto"
+
+    # Traces are always stored in Postgres; also sent over OTLP/HTTP when this is set,
+    # e.g. http://localhost:4318/v1/traces (Jaeger, Tempo, Langfuse, Phoenix...).
+    otlp_endpoint: str | None = None
+    service_name: str = "agentrt"
+    trace_payload_chars: int = 4000
+    redact_fields: list[str] = ["password", "api_key", "apikey", "token", "secret", "authorization"]
+    # Worker processes (`agentrt worker`) serve /metrics on this port when set.
+    metrics_port: int | None = None

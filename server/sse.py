@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from prometheus_client import Gauge
+
 from server.db import Pool
 from server.eventlog import read_events
 from server.notify import Notifier
@@ -30,9 +32,23 @@ async def event_stream(
     *,
     heartbeat_s: float,
     page: int,
+    connections: Gauge | None = None,
 ) -> AsyncIterator[str]:
     """Yield SSE text for every event after `after`, live, until the terminal event."""
     cursor = after
+    if connections is not None:
+        connections.inc()
+    try:
+        async for text in _stream(pool, notifier, run_id, cursor, heartbeat_s, page):
+            yield text
+    finally:
+        if connections is not None:
+            connections.dec()
+
+
+async def _stream(
+    pool: Pool, notifier: Notifier, run_id: str, cursor: int, heartbeat_s: float, page: int
+) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
         while True:
             wake.clear()  # before reading, so a notification during the read is not lost

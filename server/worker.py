@@ -30,6 +30,7 @@ from server.executor import ExecutorDeps, RunHandle, execute_run
 from server.ids import new_id
 from server.notify import CANCEL_CHANNEL, Notifier
 from server.settings import Settings
+from server.tracing import hex_trace_id
 
 log = logging.getLogger(__name__)
 
@@ -210,11 +211,20 @@ class Worker:
                     generation=generation,
                     head=head,
                 )
+                self.deps.metrics.events_written.inc()
                 return True
-            started = NewEvent("run.started", {"attempt": run["attempt"], "worker": self.owner})
+            started = NewEvent(
+                "run.started",
+                {
+                    "attempt": run["attempt"],
+                    "worker": self.owner,
+                    "traceId": hex_trace_id(run["id"]),
+                },
+            )
             head, _ = await append_events(
                 conn, run["id"], [started], generation=generation, head=head
             )
+        self.deps.metrics.events_written.inc()
         self._start(run, head)
         return True
 
@@ -291,6 +301,7 @@ class Worker:
                     await append_events(conn, row["id"], [event])
                 except RunFinishedError:
                     continue
+                self.deps.metrics.events_written.inc()
                 await conn.execute(
                     "UPDATE runs SET recoveries = %s WHERE id = %s", (recoveries, row["id"])
                 )

@@ -31,8 +31,16 @@ class EventWriter:
     Database errors are retried with backoff and lose nothing; a lost lease stops the writer.
     """
 
-    def __init__(self, pool: Pool, head: RunHead, *, max_batch: int = 2000) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        head: RunHead,
+        *,
+        max_batch: int = 2000,
+        on_stored: Callable[[int], None] | None = None,
+    ) -> None:
         self._pool = pool
+        self._on_stored = on_stored
         self.head = head
         self._buffer: list[NewEvent] = []
         self._wake = asyncio.Event()
@@ -95,6 +103,8 @@ class EventWriter:
                         head=self.head,
                         extra=extra,
                     )
+                if self._on_stored is not None:
+                    self._on_stored(len(batch))
                 return
             except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
                 log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)

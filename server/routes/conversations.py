@@ -117,6 +117,7 @@ async def post_message(
         if_busy=body.if_busy or settings.conversation_busy_policy,
         user_limit=user_limit if settings.limit_policy == "reject" else None,
     )
+    request.app.state.runtime.metrics.events_written.inc()  # run.created
     return {
         "runId": run["id"],
         "status": run["status"],

@@ -77,6 +77,7 @@ async def get_events(
         cursor,
         heartbeat_s=settings.sse_heartbeat_s,
         page=settings.sse_replay_page,
+        connections=request.app.state.runtime.metrics.sse_connections,
     )
     return StreamingResponse(
         stream,
@@ -93,4 +94,6 @@ async def cancel_run(
     run = await request_cancel(request.app.state.pool, who, run_id)
     view = run_view(run)
     view["cancelled"] = run["status"] == RunStatus.CANCELLED
+    if view["cancelled"]:
+        request.app.state.runtime.metrics.events_written.inc()  # run.cancelled, stored here
     return view

@@ -1,0 +1,80 @@
+"""Logging: one JSON object per line for machines, a readable line for people.
+
+Every record carries the run id and tenant of the run being executed (a context variable
+the executor sets) and the current trace and span ids.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import trace
+
+run_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "agentrt_run_context", default=None
+)
+
+
+class ContextFilter(logging.Filter):
+    """Attach run id, tenant, trace id and span id to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = run_context.get() or {}
+        record.run_id = ctx.get("run_id", "")
+        record.tenant_id = ctx.get("tenant_id", "")
+        span = trace.get_current_span().get_span_context()
+        record.trace_id = f"{span.trace_id:032x}" if span.is_valid else ""
+        record.span_id = f"{span.span_id:016x}" if span.is_valid else ""
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """Format a record as one JSON line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in ("run_id", "tenant_id", "trace_id", "span_id"):
+            value = getattr(record, key, "")
+            if value:
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class HumanFormatter(logging.Formatter):
+    """A readable line, with the run and trace when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        run_id = getattr(record, "run_id", "")
+        if run_id:
+            line += f"  [run {run_id} trace {getattr(record, 'trace_id', '')}]"
+        return line
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    """Configure the root logger; `fmt` is `json`, `text`, or `auto` (JSON unless a terminal)."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    handler = logging.StreamHandler()
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(
+        JsonFormatter()
+        if use_json
+        else HumanFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("pgserver", "httpx", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,517 @@
+"""Traces of runs: OpenTelemetry spans, always stored in Postgres, optionally sent over OTLP.
+
+A run's trace id and root span id are derived from its run id, so every attempt (in whatever
+process) joins the same trace; the root span itself is emitted when the run ends. Spans for
+nodes, model calls and tool calls come from a LangChain callback handler, so nodes need no
+tracing code of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, message_to_dict
+from langchain_core.outputs import LLMResult
+from langgraph.constants import TAG_HIDDEN
+from langgraph.errors import GraphBubbleUp
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+
+from server.db import Pool
+from server.metrics import Metrics
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "agentrt_forced_ids", default=None
+)
+
+
+def run_trace_id(run_id: str) -> int:
+    """The trace id of a run: the same in every process and attempt."""
+    return int(hashlib.sha256(f"trace:{run_id}".encode()).hexdigest()[:32], 16)
+
+
+def run_root_span_id(run_id: str) -> int:
+    """The span id of a run's root span."""
+    return int(hashlib.sha256(f"root:{run_id}".encode()).hexdigest()[:16], 16)
+
+
+def hex_trace_id(run_id: str) -> str:
+    """The run's trace id as the 32 hex digits tracing backends show."""
+    return f"{run_trace_id(run_id):032x}"
+
+
+class _RunIdGenerator(RandomIdGenerator):
+    """Random ids, except for a run's root span, whose ids come from the run id."""
+
+    def generate_trace_id(self) -> int:
+        forced = _forced_ids.get()
+        return forced[0] if forced else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        forced = _forced_ids.get()
+        return forced[1] if forced else super().generate_span_id()
+
+
+def redact(value: Any, fields: Sequence[str]) -> Any:
+    """Replace the values of keys named in `fields` (any depth, case-insensitive)."""
+    lowered = {f.lower() for f in fields}
+    if isinstance(value, dict):
+        return {
+            k: "[redacted]" if str(k).lower() in lowered else redact(v, fields)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v, fields) for v in value]
+    return value
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"… [cut {len(text) - limit} characters]", True
+
+
+def _dt(ns: int | None) -> datetime:
+    return datetime.fromtimestamp((ns or 0) / 1e9, UTC)
+
+
+class PostgresSpanSink(SpanProcessor):
+    """Collect finished spans (and full payloads) and write them to Postgres in batches."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._spans: list[ReadableSpan] = []
+        self._payloads: list[tuple[str, str, str, str]] = []
+        self._lock = asyncio.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._spans.append(span)  # list.append is atomic; spans may end on any thread
+
+    def add_payload(self, trace_id: int, span_id: int, kind: str, data: Any) -> None:
+        """Keep the full input or output of a span, whose attribute holds a cut copy."""
+        self._payloads.append(
+            (f"{trace_id:032x}", f"{span_id:016x}", kind, json.dumps(data, default=str))
+        )
+
+    async def flush(self) -> None:
+        """Write what has been collected so far."""
+        async with self._lock:
+            spans, self._spans = self._spans, []
+            payloads, self._payloads = self._payloads, []
+            if not spans and not payloads:
+                return
+            async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                if spans:
+                    async with cur.copy(
+                        "COPY trace_spans (trace_id, span_id, parent_span_id, run_id, tenant_id,"
+                        " name, kind, start_time, end_time, duration_ms, status, error,"
+                        " attributes, events) FROM STDIN"
+                    ) as copy:
+                        for s in spans:
+                            await copy.write_row(_span_row(s))
+                for row in payloads:
+                    await cur.execute(
+                        "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
+                        " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        row,
+                    )
+
+    async def run(self, interval_s: float) -> None:
+        """Flush every `interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("storing spans failed; will retry")
+
+
+def _span_row(s: ReadableSpan) -> tuple[Any, ...]:
+    attrs = dict(s.attributes or {})
+    ctx = s.get_span_context()
+    assert ctx is not None
+    error = None
+    if s.status.status_code == StatusCode.ERROR:
+        error = s.status.description or "error"
+    events = [
+        {"name": e.name, "ts": _dt(e.timestamp).isoformat(), "attributes": dict(e.attributes or {})}
+        for e in s.events
+    ]
+    start, end = s.start_time or 0, s.end_time or s.start_time or 0
+    return (
+        f"{ctx.trace_id:032x}",
+        f"{ctx.span_id:016x}",
+        f"{s.parent.span_id:016x}" if s.parent else None,
+        attrs.get("agentrt.run_id"),
+        attrs.get("agentrt.tenant_id"),
+        s.name,
+        str(attrs.get("agentrt.kind", "internal")),
+        _dt(start),
+        _dt(end),
+        (end - start) / 1e6,
+        s.status.status_code.name.lower(),
+        error,
+        json.dumps(attrs, default=str),
+        json.dumps(events, default=str),
+    )
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every span of a run carries."""
+
+    run_id: str
+    conversation_id: str
+    tenant_id: str
+    attempt: int
+
+    def attributes(self) -> dict[str, Any]:
+        return {
+            "agentrt.run_id": self.run_id,
+            "agentrt.conversation_id": self.conversation_id,
+            "agentrt.tenant_id": self.tenant_id,
+            "agentrt.attempt": self.attempt,
+        }
+
+
+class Tracing:
+    """The process's tracer provider: Postgres always, OTLP when configured."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        settings: Settings,
+        metrics: Metrics,
+        exporters: Sequence[SpanExporter] = (),
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.sink = PostgresSpanSink(pool)
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": settings.service_name}),
+            id_generator=_RunIdGenerator(),
+        )
+        self.provider.add_span_processor(self.sink)
+        if settings.otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            self.provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
+            )
+        for exporter in exporters:
+            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.tracer = self.provider.get_tracer("agentrt")
+        self._flusher: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start writing spans in the background."""
+        self._flusher = asyncio.create_task(self.sink.run(1.0), name="span-flusher")
+
+    async def stop(self) -> None:
+        """Write what is left and shut the exporters down."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.sink.flush()
+        await asyncio.to_thread(self.provider.shutdown)
+
+    def root_context(self, run_id: str) -> Any:
+        """A context whose parent is the run's root span (wherever it will be emitted)."""
+        parent = SpanContext(
+            run_trace_id(run_id),
+            run_root_span_id(run_id),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        return trace.set_span_in_context(NonRecordingSpan(parent))
+
+    @contextmanager
+    def attempt(self, info: RunInfo) -> Iterator[Span]:
+        """Open the span of one attempt of a run, current for the code inside."""
+        span = self.tracer.start_span(
+            "run.attempt",
+            context=self.root_context(info.run_id),
+            attributes={**info.attributes(), "agentrt.kind": "attempt"},
+        )
+        with trace.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+        ):
+            yield span
+
+    def end_run(self, run: dict[str, Any], status: str, error: str | None) -> None:
+        """Emit the run's root span, from its creation to now."""
+        token = _forced_ids.set((run_trace_id(run["id"]), run_root_span_id(run["id"])))
+        try:
+            span = self.tracer.start_span(
+                "run",
+                context=trace.set_span_in_context(trace.INVALID_SPAN),
+                start_time=int(run["created_at"].timestamp() * 1e9),
+                attributes={
+                    "agentrt.run_id": run["id"],
+                    "agentrt.conversation_id": run["conversation_id"],
+                    "agentrt.tenant_id": run["tenant_id"],
+                    "agentrt.user_id": run["user_id"],
+                    "agentrt.kind": "run",
+                    "agentrt.status": status,
+                    "agentrt.model": run["model"],
+                },
+            )
+        finally:
+            _forced_ids.reset(token)
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+
+    def callbacks(self, info: RunInfo, parent: Span) -> TraceCallbackHandler:
+        """A LangChain callback handler that opens spans for this attempt's work."""
+        return TraceCallbackHandler(self, info, parent)
+
+
+class TraceCallbackHandler(BaseCallbackHandler):
+    """Spans for graph nodes, model calls and tool calls, from LangChain's callbacks."""
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self, tracing: Tracing, info: RunInfo, parent: Span) -> None:
+        self._tracing = tracing
+        self._info = info
+        self._root = parent
+        self._spans: dict[UUID, Span] = {}
+        self._own: set[UUID] = set()
+        self._started: dict[UUID, float] = {}
+        self._first_token: dict[UUID, float] = {}
+        self._model: dict[UUID, tuple[str, str]] = {}
+        self._tool: dict[UUID, str] = {}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _parent(self, parent_run_id: UUID | None) -> Span:
+        return self._spans.get(parent_run_id, self._root) if parent_run_id else self._root
+
+    def _open(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        kind: str,
+        attributes: dict[str, Any],
+    ) -> Span:
+        span = self._tracing.tracer.start_span(
+            name,
+            context=trace.set_span_in_context(self._parent(parent_run_id)),
+            attributes={**self._info.attributes(), "agentrt.kind": kind, **attributes},
+        )
+        self._spans[run_id] = span
+        self._own.add(run_id)
+        self._started[run_id] = time.perf_counter()
+        return span
+
+    def _close(self, run_id: UUID, error: BaseException | None = None) -> Span | None:
+        span = self._spans.pop(run_id, None)
+        if run_id not in self._own or span is None:
+            return None
+        self._own.discard(run_id)
+        if error is not None:
+            if isinstance(error, GraphBubbleUp):
+                span.add_event("interrupted", {"reason": type(error).__name__})
+            else:
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
+        return span
+
+    def _payload(self, span: Span, kind: str, data: Any) -> None:
+        data = redact(data, self._tracing.settings.redact_fields)
+        text = json.dumps(data, default=str)
+        cut, truncated = _cut(text, self._tracing.settings.trace_payload_chars)
+        span.set_attribute(f"agentrt.{kind}", cut)
+        if truncated:
+            span.set_attribute(f"agentrt.{kind}_truncated", True)
+        ctx = span.get_span_context()
+        self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, data)
+
+    # -- graph nodes ----------------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or ""
+        node = (metadata or {}).get("langgraph_node")
+        if parent_run_id is None or TAG_HIDDEN in (tags or []) or name != node:
+            # The graph itself, routers and LangGraph internals: children attach to our parent.
+            self._spans[run_id] = self._parent(parent_run_id)
+            return
+        self._open(
+            run_id,
+            parent_run_id,
+            f"node {name}",
+            "node",
+            {"agentrt.node": name, "agentrt.step": (metadata or {}).get("langgraph_step")},
+        )
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, error)
+
+    # -- model calls ----------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        meta = metadata or {}
+        params = kwargs.get("invocation_params") or {}
+        provider = str(meta.get("ls_provider") or params.get("_type") or "unknown")
+        model = str(
+            meta.get("ls_model_name") or params.get("model") or params.get("model_name") or provider
+        )
+        self._model[run_id] = (provider, model)
+        span = self._open(
+            run_id,
+            parent_run_id,
+            "model.call",
+            "model",
+            {
+                "gen_ai.system": provider,
+                "gen_ai.request.model": model,
+                "agentrt.messages": sum(len(batch) for batch in messages),
+            },
+        )
+        self._payload(span, "input", [[message_to_dict(m) for m in batch] for batch in messages])
+
+    def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id not in self._first_token and run_id in self._started:
+            self._first_token[run_id] = time.perf_counter()
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        provider, model = self._model.pop(run_id, ("unknown", "unknown"))
+        started = self._started.pop(run_id, time.perf_counter())
+        first = self._first_token.pop(run_id, None)
+        if span is not None and run_id in self._own:
+            generation = response.generations[0][0] if response.generations else None
+            message = getattr(generation, "message", None)
+            usage = getattr(message, "usage_metadata", None) or {}
+            meta = getattr(message, "response_metadata", None) or {}
+            attrs: dict[str, Any] = {
+                "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
+                "gen_ai.usage.output_tokens": usage.get("output_tokens", 0),
+                "gen_ai.response.finish_reasons": [str(meta.get("finish_reason", ""))],
+                "agentrt.tool_calls": len(getattr(message, "tool_calls", []) or []),
+            }
+            if first is not None:
+                attrs["agentrt.ttft_ms"] = round((first - started) * 1000, 3)
+            span.set_attributes(attrs)
+            if message is not None:
+                self._payload(span, "output", message_to_dict(message))
+            self._tracing.metrics.observe_model_call(
+                provider,
+                model,
+                time.perf_counter() - started,
+                None if first is None else first - started,
+                usage,
+                "ok",
+            )
+        self._close(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        provider, model = self._model.pop(run_id, ("unknown", "unknown"))
+        started = self._started.pop(run_id, time.perf_counter())
+        self._first_token.pop(run_id, None)
+        self._tracing.metrics.observe_model_call(
+            provider, model, time.perf_counter() - started, None, {}, "error"
+        )
+        self._close(run_id, error)
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+        self._tool[run_id] = name
+        args = redact(
+            inputs if inputs is not None else input_str, self._tracing.settings.redact_fields
+        )
+        span = self._open(
+            run_id, parent_run_id, f"tool {name}", "tool", {"agentrt.tool.name": name}
+        )
+        self._payload(span, "input", args)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        name = self._tool.pop(run_id, "tool")
+        started = self._started.pop(run_id, time.perf_counter())
+        if span is not None and run_id in self._own:
+            content = getattr(output, "content", output)
+            self._payload(span, "output", content)
+            span.set_attribute("agentrt.tool.outcome", "ok")
+        self._tracing.metrics.observe_tool_call(name, time.perf_counter() - started, "ok")
+        self._close(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        name = self._tool.pop(run_id, "tool")
+        started = self._started.pop(run_id, time.perf_counter())
+        if span is not None:
+            span.set_attribute("agentrt.tool.outcome", "error")
+        self._tracing.metrics.observe_tool_call(name, time.perf_counter() - started, "error")
+        self._close(run_id, error)
+
+    def close_all(self, reason: str) -> None:
+        """End spans whose work never reported back (cancelled, timed out), marked as errors."""
+        for run_id in list(self._own):
+            span = self._spans.get(run_id)
+            if span is not None:
+                span.set_status(Status(StatusCode.ERROR, reason))
+            self._close(run_id)

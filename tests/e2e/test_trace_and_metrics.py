@@ -1,0 +1,201 @@
+"""Every run is explainable from its trace; /metrics moves by the right amounts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.tools import ToolException, tool
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
+from server.app import create_app, default_tools
+from server.models import ModelRegistry
+from server.settings import Settings
+from server.traces import render_tree
+from tests.support.live import read_sse, serve
+
+calls: list[str] = []
+
+
+@tool
+def flaky_lookup(key: str, api_key: str = "") -> str:
+    """Look a key up; fails every other time it is asked for a key.
+
+    Args:
+        key: What to look up.
+        api_key: A credential (redacted in traces).
+    """
+    calls.append(key)
+    if calls.count(key) % 2 == 1:
+        raise ToolException(f"lookup service busy for {key}")
+    return f"{key}=42"
+
+
+USAGE = {"input_tokens": 100, "output_tokens": 7, "total_tokens": 107}
+SCRIPTS = {
+    "traced": [
+        ScriptedTurn(
+            text="Looking up.",
+            usage=USAGE,
+            tool_calls=[
+                ScriptedToolCall(name="flaky_lookup", args={"key": "k1", "api_key": "sk-secret"})
+            ],
+        ),
+        ScriptedTurn(
+            text="Trying again.",
+            usage=USAGE,
+            tool_calls=[
+                ScriptedToolCall(name="flaky_lookup", args={"key": "k1", "api_key": "sk-secret"})
+            ],
+        ),
+        ScriptedTurn(text="k1 is 42.", usage=USAGE),
+    ],
+    "broken": [ScriptedTurn(text="Thinking", error="provider exploded", fail_after_chunks=1)],
+}
+
+
+@pytest.fixture(scope="module")
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+async def client(
+    settings: Settings, exporter: InMemorySpanExporter
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(
+        settings,
+        models=ModelRegistry(settings, SCRIPTS),
+        tools=[*default_tools(settings), flaky_lookup],
+        span_exporters=[exporter],
+    )
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
+        yield c
+
+
+async def run_model(client: httpx.AsyncClient, model: str) -> dict[str, Any]:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    run = (
+        await client.post(
+            f"/api/conversations/{conv}/messages",
+            json={"content": "go", "model": f"scripted:{model}"},
+        )
+    ).json()
+    events = await read_sse(client, run["streamUrl"])
+    return {**run, "events": events}
+
+
+def find(span: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    found = [span] if span["name"] == name else []
+    for child in span["children"]:
+        found += find(child, name)
+    return found
+
+
+def metric_samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_trace_has_the_expected_span_tree(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    run = await run_model(client, "traced")
+    assert run["events"][-1].event == "run.completed"
+    trace_id = run["events"][1].data["data"]["traceId"]
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+
+    assert trace["traceId"] == trace_id and trace["failedSpan"] is None
+    root = trace["root"]
+    assert root["name"] == "run" and root["attributes"]["agentrt.status"] == "completed"
+    (attempt,) = root["children"]
+    assert attempt["name"] == "run.attempt" and attempt["attributes"]["agentrt.attempt"] == 1
+    nodes = [c["name"] for c in attempt["children"]]
+    assert nodes == [
+        "node build_context",
+        "node call_model",
+        "node dispatch_tools",
+        "node build_context",
+        "node call_model",
+        "node dispatch_tools",
+        "node build_context",
+        "node call_model",
+    ]
+    models = find(root, "model.call")
+    assert len(models) == 3
+    for span in models:
+        assert span["attributes"]["gen_ai.usage.input_tokens"] == 100
+        assert span["attributes"]["gen_ai.request.model"]
+        assert "agentrt.ttft_ms" in span["attributes"]
+        assert span["attributes"]["agentrt.run_id"] == run["runId"]
+    tools = find(root, "tool flaky_lookup")
+    assert [t["status"] for t in tools] == ["error", "unset"]
+    assert "busy" in tools[0]["error"]
+    assert all(
+        t["parentSpanId"] in {n["spanId"] for n in find(root, "node dispatch_tools")} for t in tools
+    )
+    assert "sk-secret" not in str(trace) and "[redacted]" in tools[0]["attributes"]["agentrt.input"]
+
+    # The exact messages sent to the model are retrievable in full.
+    first = models[0]
+    payload = (
+        await client.get(f"/api/runs/{run['runId']}/trace/spans/{first['spanId']}/input")
+    ).json()
+    assert payload["data"][0][-1]["data"]["content"] == "go"
+
+    # The same spans went to the OpenTelemetry exporter, with the same parent links.
+    exported = {
+        f"{s.context.span_id:016x}": s
+        for s in exporter.get_finished_spans()
+        if f"{s.context.trace_id:032x}" == trace_id
+    }
+    assert len(exported) == trace["spanCount"]
+    for span in models + tools:
+        assert exported[span["spanId"]].name == span["name"]
+        assert f"{exported[span['spanId']].parent.span_id:016x}" == span["parentSpanId"]
+    assert "model.call" in render_tree(trace)
+
+
+async def test_a_failed_runs_trace_names_the_failing_span(client: httpx.AsyncClient) -> None:
+    run = await run_model(client, "broken")
+    assert run["events"][-1].event == "run.failed"
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+    assert trace["failedSpan"]["name"] == "model.call"
+    assert "provider exploded" in trace["failedSpan"]["error"]
+    assert trace["root"]["status"] == "error"
+    assert "!! model.call" in render_tree(trace)
+
+
+async def test_metrics_parse_and_move_by_the_right_amounts(client: httpx.AsyncClient) -> None:
+    before = metric_samples((await client.get("/metrics")).text)
+    run = await run_model(client, "traced")
+    after = metric_samples((await client.get("/metrics")).text)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    model = next(k for k in after if k[0] == "agentrt_tokens_total")[1]
+    labels = {k: v for k, v in model if k in ("provider", "model")}
+    assert delta("agentrt_tokens_total", **labels, kind="input") == 300
+    assert delta("agentrt_tokens_total", **labels, kind="output") == 21
+    assert delta("agentrt_model_call_seconds_count", **labels, outcome="ok") == 3
+    assert delta("agentrt_tool_call_seconds_count", tool="flaky_lookup", outcome="error") == 1
+    assert delta("agentrt_tool_call_seconds_count", tool="flaky_lookup", outcome="ok") == 1
+    assert delta("agentrt_tool_errors_total", tool="flaky_lookup") == 1
+    assert delta("agentrt_runs_finished_total", status="completed", tenant="default") == 1
+    assert delta("agentrt_events_written_total") == len(run["events"])
+    assert value(after, "agentrt_sse_connections") == 0
+    assert value(after, "agentrt_runs", status="completed", tenant="default") >= 1
+    assert value(after, "agentrt_queue_depth") == 0
+    assert value(after, "agentrt_workers") == 1
