@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,17 +16,23 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphs.agent import build_agent_graph
+from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.executor import ExecutorDeps
 from server.models import ModelRegistry, UnknownModelError
 from server.notify import Notifier
-from server.routes import conversations, health, runs
+from server.routes import approvals, conversations, health, runs
+from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
 from server.settings import Settings
 from server.store import ConversationNotFoundError
+from server.tooling import ToolConfigError
 from server.worker import Worker
 from tools.builtin import builtin_tools
+from tools.mcp import McpCatalog
+from tools.registry import ToolRegistry
+from tools.spec import ToolSpec
 
 log = logging.getLogger("agentrt")
 
@@ -89,6 +95,22 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_model(_: Request, exc: UnknownModelError) -> JSONResponse:
         return _error(400, "unknown_model", str(exc))
 
+    @app.exception_handler(ApprovalNotFoundError)
+    async def on_approval_missing(_: Request, exc: ApprovalNotFoundError) -> JSONResponse:
+        return _error(404, "not_found", f"approval {exc.args[0]} not found")
+
+    @app.exception_handler(ApprovalForbiddenError)
+    async def on_approval_forbidden(_: Request, exc: ApprovalForbiddenError) -> JSONResponse:
+        return _error(403, "forbidden", str(exc))
+
+    @app.exception_handler(ApprovalDecidedError)
+    async def on_approval_decided(_: Request, exc: ApprovalDecidedError) -> JSONResponse:
+        return _error(409, "already_decided", str(exc), approvalStatus=exc.status)
+
+    @app.exception_handler(ToolConfigError)
+    async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:
+        return _error(422, "invalid_tool_config", str(exc))
+
 
 def redact_url(url: str) -> str:
     """Hide the password in a database URL for logs."""
@@ -112,17 +134,26 @@ def create_app(
     settings: Settings,
     *,
     models: ModelRegistry | None = None,
-    tools: list[BaseTool] | None = None,
+    tools: Sequence[ToolSpec | BaseTool] | None = None,
+    mcp: McpCatalog | None = None,
 ) -> FastAPI:
     """Build the app; database, worker and notifier start in its lifespan.
 
     Args:
         settings: The process settings.
         models: The model registry (tests inject scripted models here).
-        tools: The tools runs may use; the built-in tools by default.
+        tools: The Python tools runs may use (tenants' MCP tools come on top); the built-in
+            tools by default.
+        mcp: The MCP discovery cache (tests inject one with short timings).
     """
     registry = models or ModelRegistry(settings)
-    run_tools = tools if tools is not None else builtin_tools(settings.fetch_allowlist)
+    tool_registry = ToolRegistry(
+        tools if tools is not None else builtin_tools(settings.fetch_allowlist),
+        settings.tool_config,
+        mcp or McpCatalog(ttl_s=settings.mcp_discovery_ttl_s),
+        default_timeout_s=settings.tool_timeout_s,
+        max_output_chars=settings.tool_max_output_chars,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -133,7 +164,7 @@ def create_app(
             graph = build_agent_graph().compile(checkpointer=checkpointer)
             notifier = Notifier(url)
             await notifier.start()
-            deps = ExecutorDeps(pool, graph, registry, run_tools, settings)
+            deps = ExecutorDeps(pool, graph, registry, tool_registry, settings)
             worker = Worker(deps, notifier) if settings.run_workers else None
             app.state.pool, app.state.notifier, app.state.worker = pool, notifier, worker
             app.state.graph = graph
@@ -158,7 +189,14 @@ def create_app(
     app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.models = registry
+    app.state.tools = tool_registry
     install_error_handlers(app)
-    for router in (health.router, conversations.router, runs.router):
+    for router in (
+        health.router,
+        conversations.router,
+        runs.router,
+        approvals.router,
+        tools_routes.router,
+    ):
         app.include_router(router)
     return app

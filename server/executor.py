@@ -9,12 +9,13 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
 from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
 
 from graphs.context import RunContext
 from nodes.errors import StepLimitError
+from server.approvals import resume_command, suspend
 from server.db import Pool
 from server.eventlog import Conn, LeaseLostError, RunFinishedError, RunHead
 from server.ids import new_id
@@ -22,7 +23,9 @@ from server.models import ModelRegistry
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
 from server.snapshot import output_text, streaming_item_ids
+from server.tooling import run_toolbox
 from server.writer import EventWriter
+from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ class ExecutorDeps:
     pool: Pool
     graph: CompiledStateGraph[Any, Any, Any, Any]
     models: ModelRegistry
-    tools: list[BaseTool]
+    tools: ToolRegistry
     settings: Settings
 
 
@@ -71,25 +74,36 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
             {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
         )
     options = run["options"] or {}
-    context = RunContext(
-        run_id=run_id,
-        conversation_id=run["conversation_id"],
-        tenant_id=run["tenant_id"],
-        user_id=run["user_id"],
-        model=deps.models.create(run["model"]),
-        tools=deps.tools,
-        max_steps=int(options.get("maxSteps") or deps.settings.max_steps),
-        tool_timeout_s=deps.settings.tool_timeout_s,
-    )
     config: RunnableConfig = {
         "configurable": {"thread_id": run["conversation_id"]},
-        "recursion_limit": context.max_steps * 3 + 10,
+        "recursion_limit": int(options.get("maxSteps") or deps.settings.max_steps) * 4 + 10,
     }
     try:
+        toolbox = await run_toolbox(deps.tools, deps.pool, run, head.generation)
+        for source, reason in sorted(toolbox.unavailable.items()):
+            if source.startswith("mcp:"):
+                writer.emit("tools.unavailable", {"source": source, "reason": reason})
+        context = RunContext(
+            run_id=run_id,
+            conversation_id=run["conversation_id"],
+            tenant_id=run["tenant_id"],
+            user_id=run["user_id"],
+            model=deps.models.create(run["model"]),
+            tools=toolbox.visible(),
+            toolbox=toolbox,
+            max_steps=int(options.get("maxSteps") or deps.settings.max_steps),
+            tool_timeout_s=deps.settings.tool_timeout_s,
+        )
         state = await deps.graph.aget_state(config)
-        graph_input: dict[str, Any] | None
+        graph_input: dict[str, Any] | Command[Any] | None
         if state.values.get("run_id") == run_id:
             graph_input = None  # resume this run from its last checkpoint
+            if state.interrupts:
+                graph_input = await resume_command(deps.pool, run_id, state.interrupts)
+                if graph_input is None:  # decisions still missing: ask (again) and wait
+                    await suspend(deps.pool, writer, run, state.interrupts)
+                    await writer.close()
+                    return
         else:
             async with deps.pool.connection() as conn:
                 content = await _load_input(conn, run["input_message_id"])
@@ -103,6 +117,12 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
                 graph_input, config, context=context, stream_mode=STREAM_MODES
             ):
                 projector.handle(mode, chunk)
+            state = await deps.graph.aget_state(config)
+            if state.interrupts:
+                # Stopped for a human: store the approvals, release the run, hold nothing.
+                await suspend(deps.pool, writer, run, state.interrupts)
+                await writer.close()
+                return
     except asyncio.CancelledError:
         await _on_cancelled(deps, writer, projector, run_id)
         raise

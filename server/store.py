@@ -118,7 +118,7 @@ async def create_run(
         )
         await conn.execute(
             "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-            " input_message_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 run_id,
                 conversation_id,
@@ -127,6 +127,7 @@ async def create_run(
                 model,
                 Jsonb(options),
                 message_id,
+                sorted(who.roles),
             ),
         )
         await append_events(
@@ -190,6 +191,8 @@ async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> lis
 async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
     """Cancel a run: at once when no worker holds it, else ask its worker to stop.
 
+    A run waiting for approval is cancelled at once and its pending approvals are closed.
+
     Raises:
         RunNotFoundError: no such run for this tenant.
         RunFinishedError: the run already ended (the API answers 409).
@@ -207,6 +210,12 @@ async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, A
             reason = {"reason": "cancel requested", "by": who.user_id}
             if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
                 await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+                await conn.execute(
+                    "UPDATE approvals SET status = 'cancelled', decided_by = %s,"
+                    " decided_at = now(), decision_reason = 'the run was cancelled'"
+                    " WHERE run_id = %s AND status = 'pending'",
+                    (who.user_id, run_id),
+                )
             elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
                 await conn.execute(
                     "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",

@@ -13,6 +13,7 @@ import os
 import socket
 from typing import Any
 
+from server.approvals import expire_due
 from server.eventlog import NewEvent, RunFinishedError, append_events, load_head
 from server.executor import ExecutorDeps, execute_run
 from server.ids import new_id
@@ -105,6 +106,7 @@ class Worker:
             self._wake.clear()
             try:
                 await self.reap_expired()
+                await expire_due(self.deps.pool)
                 while len(self._tasks) < self._settings.worker_concurrency:
                     if not await self.claim_one():
                         break

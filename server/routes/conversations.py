@@ -38,6 +38,9 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
+    tools: list[str] | None = Field(
+        default=None, description="Only these tools (of those the tenant allows) for this run."
+    )
 
 
 class MessageIn(BaseModel):
