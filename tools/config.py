@@ -100,7 +100,11 @@ class TenantToolConfig(_Model):
         """Return this config with every field that `other` sets replaced by `other`'s."""
         if other is None:
             return self
-        return self.model_copy(update=other.model_dump(exclude_unset=True, exclude_none=True))
+        merged = {
+            **self.model_dump(exclude_none=True),
+            **other.model_dump(exclude_unset=True, exclude_none=True),
+        }
+        return TenantToolConfig.model_validate(merged)
 
 
 DEFAULTS = TenantToolConfig(
@@ -136,7 +140,7 @@ class ToolConfig(_Model):
             if overlay.allow is not None or overlay.deny is not None:
                 layers.append((list(overlay.allow or ["*"]), list(overlay.deny or [])))
             servers = {**(overlay.mcp_servers or {}), **(operator.mcp_servers or {})}
-            merged = operator.overlay(overlay).model_copy(update={"mcp_servers": servers})
+            merged = operator.overlay(overlay.model_copy(update={"mcp_servers": servers}))
         return ResolvedConfig(merged, layers)
 
 
