@@ -155,7 +155,8 @@ async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_approval(a: dict[str, Any], out: Any = sys.stdout) -> None:
+def _print_approval(a: dict[str, Any], out: Any = None) -> None:
+    out = out or sys.stdout
     decided = ""
     if a.get("decision"):
         d = a["decision"]
