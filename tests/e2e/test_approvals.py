@@ -17,9 +17,9 @@ from server.auth import create_api_key
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
-from tools.config import ToolConfig
-from tools.spec import CallContext, ToolSpec, agent_tool
 from tests.support.live import read_sse, serve, wait_for_event, wait_for_status
+from tools.config import ToolConfig
+from tools.spec import CallContext, agent_tool
 
 OUTBOX: list[dict[str, Any]] = []
 

@@ -17,8 +17,8 @@ from server.cli import build_parser, cmd_approvals
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
-from tools.spec import CallContext, ToolSpec, agent_tool
 from tests.support.live import read_sse, serve, wait_for_event, wait_for_status
+from tools.spec import CallContext, ToolSpec, agent_tool
 
 
 @dataclass
@@ -31,6 +31,7 @@ class World:
     transfers: int = 0
     charged: asyncio.Event = field(default_factory=asyncio.Event)
     transferred: asyncio.Event = field(default_factory=asyncio.Event)
+    counted: asyncio.Event = field(default_factory=asyncio.Event)
     emails: int = 0
 
     def tools(self) -> list[ToolSpec]:
@@ -40,6 +41,7 @@ class World:
         async def count() -> str:
             """Add one to the counter."""
             world.counter += 1
+            world.counted.set()
             return f"counter is {world.counter}"
 
         @agent_tool(idempotent=False, dedupes=True)
@@ -136,7 +138,16 @@ async def test_a_crash_after_side_effects_does_not_repeat_them(
         async with asyncio.timeout(30):
             await world.charged.wait()
             await world.transferred.wait()
-            while world.counter == 0:
+            await world.counted.wait()
+            while True:  # until `count`'s outcome is in the ledger
+                async with pool.connection() as conn:
+                    cur = await conn.execute(
+                        "SELECT status FROM tool_ledger WHERE run_id = %s AND tool_call_id = 'k1'",
+                        (run["runId"],),
+                    )
+                    row = await cur.fetchone()
+                if row and row["status"] == "completed":
+                    break
                 await asyncio.sleep(0.01)
         # The worker dies mid-step: `count` finished and is recorded, `charge` and `transfer`
         # did their effect but never returned. No checkpoint after call_model was written.

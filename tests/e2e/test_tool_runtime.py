@@ -17,10 +17,10 @@ from server.app import create_app
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
+from tests.support.live import read_sse, rebuild_output, serve
 from tools.builtin import calculator
 from tools.config import ToolConfig
 from tools.spec import ToolSpec, agent_tool, from_langchain
-from tests.support.live import read_sse, rebuild_output, serve
 
 
 @agent_tool(timeout_s=0.3)

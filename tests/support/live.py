@@ -113,11 +113,11 @@ async def wait_for_event(
     kind: str,
     *,
     headers: dict[str, str] | None = None,
-    timeout: float = 30,
+    limit_s: float = 30,
 ) -> list[SseEvent]:
     """Read the SSE stream at `path` until an event of type `kind` arrives; return all so far."""
     reader = SseReader()
-    async with asyncio.timeout(timeout), client.stream("GET", path, headers=headers) as response:
+    async with asyncio.timeout(limit_s), client.stream("GET", path, headers=headers) as response:
         assert response.status_code == 200, await response.aread()
         async for text in response.aiter_text():
             for event in reader.feed(text):
@@ -132,10 +132,10 @@ async def wait_for_status(
     status: str,
     *,
     headers: dict[str, str] | None = None,
-    timeout: float = 30,
+    limit_s: float = 30,
 ) -> dict[str, Any]:
     """Poll the run record until it has `status`; return it."""
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(limit_s):
         while True:
             run: dict[str, Any] = (await client.get(f"/api/runs/{run_id}", headers=headers)).json()
             if run["status"] == status:
