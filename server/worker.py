@@ -151,7 +151,10 @@ class Worker:
         except Exception:
             log.exception("run %s: executor crashed", run["id"])
         finally:
-            self._tasks.pop(run["id"], None)
+            # A run suspended for approval can be decided and re-claimed by this worker before
+            # this task ends: leave the newer task's entry alone.
+            if self._tasks.get(run["id"]) is asyncio.current_task():
+                del self._tasks[run["id"]]
             self._wake.set()
 
     async def _heartbeat_loop(self) -> None:
