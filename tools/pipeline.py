@@ -89,6 +89,7 @@ def finished_event(result: ToolResult, budget: int) -> dict[str, Any]:
         "durationMs": round(result.duration_ms, 3),
         "attempts": result.attempts,
         "replayed": result.replayed,
+        "outcome": result.error_type or "success",
     }
     if result.status == "failed":
         return {
