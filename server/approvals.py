@@ -218,7 +218,7 @@ async def list_approvals(
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT * FROM approvals WHERE tenant_id = %s AND (%s::text IS NULL OR status = %s)"
-            " ORDER BY requested_at, id LIMIT %s",
+            " ORDER BY requested_at, run_id, tool_call_id LIMIT %s",
             (who.tenant_id, status, status, limit),
         )
         return await cur.fetchall()
@@ -229,7 +229,8 @@ async def run_approvals(pool: Pool, who: Principal, run_id: str) -> list[dict[st
     async with pool.connection() as conn:
         await get_run(conn, who, run_id)
         cur = await conn.execute(
-            "SELECT * FROM approvals WHERE run_id = %s ORDER BY requested_at, id", (run_id,)
+            "SELECT * FROM approvals WHERE run_id = %s ORDER BY requested_at, tool_call_id",
+            (run_id,),
         )
         return await cur.fetchall()
 

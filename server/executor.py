@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
@@ -48,6 +48,28 @@ def classify_failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, GraphRecursionError):
         return "step_limit", "the graph exceeded its recursion limit without finishing"
     return type(exc).__name__, str(exc) or repr(exc)
+
+
+def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:
+    """Answer tool calls an earlier run left open (it was cancelled while they waited).
+
+    Providers refuse a conversation whose tool calls have no results, so each gets an error
+    result before the next user message.
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return []
+    return [
+        ToolMessage(
+            content="Error (cancelled): the run that made this call ended before it ran",
+            tool_call_id=call["id"] or "",
+            name=call["name"],
+            status="error",
+        )
+        for call in last.tool_calls
+        if call["id"] not in answered
+    ]
 
 
 async def _load_input(conn: Conn, message_id: str) -> str:
@@ -108,7 +130,10 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
             async with deps.pool.connection() as conn:
                 content = await _load_input(conn, run["input_message_id"])
             graph_input = {
-                "messages": [HumanMessage(content, id=run["input_message_id"])],
+                "messages": [
+                    *close_unanswered_calls(state.values.get("messages", [])),
+                    HumanMessage(content, id=run["input_message_id"]),
+                ],
                 "run_id": run_id,
                 "step": 0,
             }

@@ -213,11 +213,15 @@ async def test_an_edit_runs_the_call_with_validated_new_arguments(env: Env) -> N
 
 async def test_the_run_waits_until_every_pending_call_is_decided(env: Env) -> None:
     run = await start(env, "two")
-    first, second = await pending(env, run["runId"])
+    by_call = {a["toolCallId"]: a for a in await pending(env, run["runId"])}
+    first, second = by_call["e1"], by_call["e2"]
     await decide(env, first["approvalId"], env.reviewer, decision="approve")
     snapshot = (await env.client.get(run["snapshotUrl"], headers=env.user)).json()
     assert snapshot["status"] == "waiting_user"
-    assert [a["status"] for a in snapshot["approvals"]] == ["approved", "pending"]
+    assert {a["toolCallId"]: a["status"] for a in snapshot["approvals"]} == {
+        "e1": "approved",
+        "e2": "pending",
+    }
     await decide(env, second["approvalId"], env.reviewer, decision="reject", reason="one is enough")
     events = await read_sse(env.client, run["streamUrl"], headers=env.user)
     assert events[-1].event == "run.completed"
@@ -238,6 +242,21 @@ async def test_cancelling_a_waiting_run_closes_its_approvals(env: Env) -> None:
     assert row["status"] == "cancelled"
     late = await decide(env, approval["approvalId"], env.reviewer, decision="approve")
     assert late.status_code == 409
+
+    # The conversation goes on; the cancelled call gets an error result before the new message.
+    response = await env.client.post(
+        f"/api/conversations/{run['conversationId']}/messages",
+        json={"content": "never mind", "model": "scripted:page"},
+        headers=env.user,
+    )
+    follow_up = response.json()
+    await wait_for_event(env.client, follow_up["streamUrl"], "approval.required", headers=env.user)
+    state = await env.app.state.graph.aget_state(
+        {"configurable": {"thread_id": run["conversationId"]}}
+    )
+    closed = [m for m in state.values["messages"] if isinstance(m, ToolMessage)]
+    assert closed[0].tool_call_id == "e1" and "cancelled" in str(closed[0].content)
+    await env.client.post(f"/api/runs/{follow_up['runId']}/cancel", headers=env.user)
 
 
 async def test_an_unanswered_approval_expires_as_a_rejection(env: Env) -> None:
