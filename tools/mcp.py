@@ -67,7 +67,7 @@ class McpCatalog:
             server that is down does not slow every run down by its connect timeout.
     """
 
-    def __init__(self, ttl_s: float = 300.0, retry_after_s: float = 5.0) -> None:
+    def __init__(self, ttl_s: float = 300.0, retry_after_s: float = 30.0) -> None:
         self._ttl_s = ttl_s
         self._retry_after_s = retry_after_s
         self._cache: dict[str, _Cached] = {}
