@@ -27,7 +27,7 @@ run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DAT
 	$(BIN)/agentrt serve
 
 test: install ## Run the whole test suite (real Postgres, scripted models)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --basetemp=.pytest-tmp
 
 lint: install ## ruff lint + format check, mypy
 	$(BIN)/ruff check .

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
+from tools.policy import Toolbox
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant running inside agentrt. Use the tools you are given when they "
     "help, and answer plainly."
@@ -17,6 +19,10 @@ DEFAULT_SYSTEM_PROMPT = (
 @dataclass(frozen=True)
 class RunContext:
     """Everything a run needs that is not graph state: identity, model, tools and limits.
+
+    `tools` are what the model is shown; `toolbox` governs every call (policy, ledger). The
+    server builds both from the same catalogue; without a toolbox, `tools` are run as low-risk
+    tools with an in-memory ledger.
 
     It is not checkpointed; the server rebuilds it for every attempt. Defaults let LangGraph
     tooling (`langgraph dev`) run the graph with the offline demo model.
@@ -28,6 +34,7 @@ class RunContext:
     user_id: str = "local"
     model: BaseChatModel | None = None
     tools: Sequence[BaseTool] = field(default_factory=tuple)
+    toolbox: Toolbox | None = None
     max_steps: int = 12
     tool_timeout_s: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT

@@ -8,6 +8,16 @@ from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 
 
+def merge_approvals(
+    left: dict[str, dict[str, Any]] | None, right: dict[str, dict[str, Any]] | None
+) -> dict[str, dict[str, Any]]:
+    """Add reviewers' decisions (by tool call id), dropping those of earlier runs."""
+    right = right or {}
+    runs = {d.get("runId") for d in right.values()}
+    kept = {k: d for k, d in (left or {}).items() if d.get("runId") in runs}
+    return {**kept, **right}
+
+
 class AgentState(TypedDict):
     """State carried between nodes and saved in every checkpoint.
 
@@ -16,9 +26,11 @@ class AgentState(TypedDict):
         run_id: The run that last wrote to this thread; a resumed run checks it.
         step: Model calls made by the current run.
         context_manifest: What went into the last model call and why (SPEC §3).
+        approvals: Reviewers' decisions on the current run's tool calls, by tool call id.
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
     run_id: NotRequired[str]
     step: NotRequired[int]
     context_manifest: NotRequired[dict[str, Any]]
+    approvals: NotRequired[Annotated[dict[str, dict[str, Any]], merge_approvals]]

@@ -13,14 +13,20 @@ from langchain_core.tools import BaseTool
 from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.models import ModelRegistry, UnknownModelError
-from server.routes import admin, conversations, health, observability, runs
+from server.routes import admin, approvals, conversations, health, observability, runs
+from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
 from server.settings import Settings
 from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
+from server.tooling import ToolConfigError
 from tools.builtin import builtin_tools, load_tool_modules
+from tools.mcp import McpCatalog
+from tools.registry import ToolRegistry
+from tools.spec import ToolSpec
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -91,17 +97,49 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_model(_: Request, exc: UnknownModelError) -> JSONResponse:
         return _error(400, "unknown_model", str(exc))
 
+    @app.exception_handler(ApprovalNotFoundError)
+    async def on_approval_missing(_: Request, exc: ApprovalNotFoundError) -> JSONResponse:
+        return _error(404, "not_found", f"approval {exc.args[0]} not found")
+
+    @app.exception_handler(ApprovalForbiddenError)
+    async def on_approval_forbidden(_: Request, exc: ApprovalForbiddenError) -> JSONResponse:
+        return _error(403, "forbidden", str(exc))
+
+    @app.exception_handler(ApprovalDecidedError)
+    async def on_approval_decided(_: Request, exc: ApprovalDecidedError) -> JSONResponse:
+        return _error(409, "already_decided", str(exc), approvalStatus=exc.status)
+
+    @app.exception_handler(ToolConfigError)
+    async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:
+        return _error(422, "invalid_tool_config", str(exc))
+
 
 def default_tools(settings: Settings) -> list[BaseTool]:
     """The built-in tools plus those named in `AGENTRT_TOOL_MODULES`."""
     return builtin_tools(settings.fetch_allowlist) + load_tool_modules(settings.tool_modules)
 
 
+def build_tool_registry(
+    settings: Settings,
+    tools: Sequence[ToolSpec | BaseTool] | None = None,
+    mcp: McpCatalog | None = None,
+) -> ToolRegistry:
+    """The tool registry of this process: Python tools plus tenants' MCP servers."""
+    return ToolRegistry(
+        tools if tools is not None else default_tools(settings),
+        settings.tool_config,
+        mcp or McpCatalog(ttl_s=settings.mcp_discovery_ttl_s),
+        default_timeout_s=settings.tool_timeout_s,
+        max_output_chars=settings.tool_max_output_chars,
+    )
+
+
 def create_app(
     settings: Settings,
     *,
     models: ModelRegistry | None = None,
-    tools: list[BaseTool] | None = None,
+    tools: Sequence[ToolSpec | BaseTool] | None = None,
+    mcp: McpCatalog | None = None,
     span_exporters: Sequence[SpanExporter] = (),
 ) -> FastAPI:
     """Build the app; database, worker and notifier start in its lifespan.
@@ -109,33 +147,39 @@ def create_app(
     Args:
         settings: The process settings.
         models: The model registry (tests inject scripted models here).
-        tools: The tools runs may use; the built-in tools by default.
+        tools: The Python tools runs may use (tenants' MCP tools come on top); the built-in
+            tools by default.
+        mcp: The MCP discovery cache (tests inject one with short timings).
         span_exporters: Extra OpenTelemetry exporters (tests pass an in-memory one).
     """
     registry = models or ModelRegistry(settings)
-    run_tools = tools if tools is not None else default_tools(settings)
+    tool_registry = build_tool_registry(settings, tools, mcp)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime(
             settings,
             registry,
-            run_tools,
+            tool_registry,
             run_workers=settings.run_workers,
             span_exporters=span_exporters,
         ) as runtime:
             app.state.runtime = runtime
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
+            app.state.worker, app.state.graph = runtime.worker, runtime.graph
             yield
 
     app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.models = registry
+    app.state.tools = tool_registry
     install_error_handlers(app)
     for router in (
         health.router,
         conversations.router,
         runs.router,
+        approvals.router,
+        tools_routes.router,
         admin.router,
         observability.router,
     ):

@@ -46,7 +46,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import signal
 
-    from server.app import default_tools
+    from server.app import build_tool_registry
     from server.models import ModelRegistry
     from server.runtime import open_runtime
 
@@ -57,7 +57,8 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     models = ModelRegistry(settings)
-    async with open_runtime(settings, models, default_tools(settings), run_workers=True) as rt:
+    tools = build_tool_registry(settings)
+    async with open_runtime(settings, models, tools, run_workers=True) as rt:
         assert rt.worker is not None
         if settings.metrics_port:
             from prometheus_client import start_http_server
@@ -102,6 +103,15 @@ def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
         )
     elif kind == "tool.failed":
         out.write(f"  !! {data['name']} failed: {data.get('error')}\n")
+    elif kind == "approval.required":
+        out.write(
+            f"[waiting for approval {data['approvalId']}: {data['name']}"
+            f"({json.dumps(data.get('args', {}))}) - {data.get('reason', '')}]\n"
+            f"[decide with: agentrt approve {data['approvalId']}  |  "
+            f"agentrt reject {data['approvalId']} --reason ...]\n"
+        )
+    elif kind == "approval.resolved":
+        out.write(f"[approval {data['approvalId']}: {data['status']} by {data.get('by')}]\n")
     elif kind == "run.failed":
         out.write(f"[run failed: {data.get('errorType')}: {data.get('message')}]\n")
     elif kind == "run.cancelled":
@@ -174,6 +184,46 @@ async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_approval(a: dict[str, Any], out: Any = None) -> None:
+    out = out or sys.stdout
+    decided = ""
+    if a.get("decision"):
+        d = a["decision"]
+        decided = f"  {d['decision']} by {d['by']}" + (f": {d['reason']}" if d["reason"] else "")
+    out.write(
+        f"{a['approvalId']}  {a['status']:<9} {a['kind']:<9} {a['risk'] or '-':<6} "
+        f"run {a['runId']}  {a['tool']}({json.dumps(a['args'])}){decided}\n"
+        f"    {a['reason']}\n"
+    )
+
+
+async def cmd_approvals(settings: Settings, args: argparse.Namespace) -> int:
+    """`agentrt approvals list`, `agentrt approve ID`, `agentrt reject ID --reason ...`."""
+    async with _client(settings) as client:
+        if args.command == "approvals":
+            params: dict[str, Any] = {"limit": args.limit}
+            if args.status != "all":
+                params["status"] = args.status
+            approvals = _check(await client.get("/api/approvals", params=params))["approvals"]
+            for a in approvals:
+                _print_approval(a)
+            if not approvals:
+                print(f"no {args.status} approvals")
+            return 0
+        body: dict[str, Any] = {"decision": "reject" if args.command == "reject" else "approve"}
+        if args.reason:
+            body["reason"] = args.reason
+        if args.command == "approve" and args.args is not None:
+            body["decision"] = "edit"
+            try:
+                body["args"] = json.loads(args.args)
+            except ValueError as exc:
+                raise SystemExit(f"agentrt: --args is not valid JSON: {exc}") from None
+        decided = _check(await client.post(f"/api/approvals/{args.approval_id}", json=body))
+        _print_approval(decided)
+    return 0
+
+
 async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from server.auth import create_api_key
     from server.db import migrate, open_pool, resolve_database_url
@@ -231,6 +281,23 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("run_id")
     events.add_argument("--follow", action="store_true", help="render live until the run ends")
 
+    approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
+    approvals_sub = approvals.add_subparsers(dest="action", required=True)
+    approvals_list = approvals_sub.add_parser("list")
+    approvals_list.add_argument(
+        "--status",
+        default="pending",
+        choices=["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"],
+    )
+    approvals_list.add_argument("--limit", type=int, default=100)
+    approve = sub.add_parser("approve", help="approve a pending tool call (reviewers)")
+    approve.add_argument("approval_id")
+    approve.add_argument("--reason")
+    approve.add_argument("--args", help="run the call with these arguments instead (JSON)")
+    reject = sub.add_parser("reject", help="reject a pending tool call (reviewers)")
+    reject.add_argument("approval_id")
+    reject.add_argument("--reason", required=True, help="why; the model reads it")
+
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create")
@@ -260,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "run": cmd_run,
         "runs": cmd_runs,
+        "approvals": cmd_approvals,
+        "approve": cmd_approvals,
+        "reject": cmd_approvals,
         "keys": cmd_keys,
         "db": cmd_db,
         "worker": cmd_worker,

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
 from langgraph.errors import GraphDrained, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
+from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
 from nodes.errors import StepLimitError
+from server.approvals import resume_command, suspend
 from server.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db import Pool
 from server.eventlog import Conn, LeaseLostError, RunFinishedError, RunHead
@@ -29,8 +31,10 @@ from server.models import ModelRegistry
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
 from server.snapshot import output_text, streaming_item_ids
+from server.tooling import run_toolbox
 from server.tracing import RunInfo, Tracing
 from server.writer import EventWriter
+from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,7 @@ class ExecutorDeps:
     pool: Pool
     graph: CompiledStateGraph[Any, Any, Any, Any]
     models: ModelRegistry
-    tools: list[BaseTool]
+    tools: ToolRegistry
     settings: Settings
     tracing: Tracing
     metrics: Metrics
@@ -72,6 +76,28 @@ def classify_failure(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc) or repr(exc)
 
 
+def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:
+    """Answer tool calls an earlier run left open (it was cancelled while they waited).
+
+    Providers refuse a conversation whose tool calls have no results, so each gets an error
+    result before the next user message.
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return []
+    return [
+        ToolMessage(
+            content="Error (cancelled): the run that made this call ended before it ran",
+            tool_call_id=call["id"] or "",
+            name=call["name"],
+            status="error",
+        )
+        for call in last.tool_calls
+        if call["id"] not in answered
+    ]
+
+
 async def _load_input(conn: Conn, message_id: str) -> str:
     cur = await conn.execute("SELECT content FROM messages WHERE id = %s", (message_id,))
     row = await cur.fetchone()
@@ -89,7 +115,7 @@ def _seconds_left(deadline: datetime | None) -> float | None:
 class Outcome:
     """How an attempt ended, and what to store for it."""
 
-    kind: str  # completed | failed | cancelled | requeued | abandoned
+    kind: str  # completed | failed | cancelled | requeued | suspended | abandoned
     data: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False  # the task was cancelled; re-raise after storing
 
@@ -118,7 +144,7 @@ async def execute_run(
     try:
         with deps.tracing.attempt(info) as span:
             handler = deps.tracing.callbacks(info, span)
-            outcome = await _attempt(deps, run, projector, handle, [handler])
+            outcome = await _attempt(deps, run, projector, handle, [handler], writer.emit)
             handler.close_all(f"attempt ended: {outcome.kind}")
             if outcome.kind == "failed":
                 span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
@@ -136,11 +162,12 @@ async def _attempt(
     projector: StreamProjector,
     handle: RunHandle,
     callbacks: list[Any],
+    emit: Any,
 ) -> Outcome:
     deadline = asyncio.timeout(_seconds_left(run.get("deadline_at")))
     try:
         async with deadline:
-            await _drive(deps, run, projector, handle, callbacks)
+            interrupts = await _drive(deps, run, projector, handle, callbacks, emit)
     except asyncio.CancelledError:
         if handle.stop_reason == "cancel":
             projector.close_open_items("interrupted", "run cancelled")
@@ -166,6 +193,8 @@ async def _attempt(
         projector.close_open_items("interrupted", "run failed")
         error_type, message = classify_failure(exc)
         return Outcome("failed", {"errorType": error_type, "message": message})
+    if interrupts:
+        return Outcome("suspended", {"interrupts": interrupts})
     return Outcome("completed")
 
 
@@ -183,6 +212,13 @@ async def _conclude(
         log.exception("run %s: storing its spans failed; they will be retried", run_id)
     if outcome.kind == "completed":
         await _complete(writer, run)
+    elif outcome.kind == "suspended":
+        # Stopped for a human: store the approvals, release the run, hold nothing.
+        try:
+            await suspend(deps.pool, writer, run, outcome.data["interrupts"])
+        except (LeaseLostError, RunFinishedError) as exc:
+            log.info("run %s: approvals not stored: %s", run_id, exc)
+        await writer.close()
     elif outcome.kind == "abandoned":
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()
@@ -200,46 +236,62 @@ async def _drive(
     projector: StreamProjector,
     handle: RunHandle,
     callbacks: list[Any],
-) -> None:
+    emit: Any,
+) -> Sequence[Interrupt]:
+    """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
     run_id = run["id"]
     options = run["options"] or {}
-    context = RunContext(
-        run_id=run_id,
-        conversation_id=run["conversation_id"],
-        tenant_id=run["tenant_id"],
-        user_id=run["user_id"],
-        model=deps.models.create(run["model"]),
-        tools=deps.tools,
-        max_steps=int(options.get("maxSteps") or deps.settings.max_steps),
-        tool_timeout_s=deps.settings.tool_timeout_s,
-    )
+    max_steps = int(options.get("maxSteps") or deps.settings.max_steps)
     config: RunnableConfig = {
         "configurable": {
             "thread_id": run["conversation_id"],
             FENCE_RUN: run_id,
             FENCE_GENERATION: run["lease_generation"],
         },
-        "recursion_limit": context.max_steps * 3 + 10,
+        "recursion_limit": max_steps * 4 + 10,
         "callbacks": callbacks,
     }
+    toolbox = await run_toolbox(deps.tools, deps.pool, run, run["lease_generation"])
+    for source, reason in sorted(toolbox.unavailable.items()):
+        if source.startswith("mcp:"):
+            emit("tools.unavailable", {"source": source, "reason": reason})
+    context = RunContext(
+        run_id=run_id,
+        conversation_id=run["conversation_id"],
+        tenant_id=run["tenant_id"],
+        user_id=run["user_id"],
+        model=deps.models.create(run["model"]),
+        tools=toolbox.visible(),
+        toolbox=toolbox,
+        max_steps=max_steps,
+        tool_timeout_s=deps.settings.tool_timeout_s,
+    )
     state = await deps.graph.aget_state(config)
-    graph_input: dict[str, Any] | None
+    graph_input: dict[str, Any] | Command[Any] | None
     if state.values.get("run_id") == run_id:
         graph_input = None  # resume this run from its last checkpoint
+        if state.interrupts:
+            graph_input = await resume_command(deps.pool, run_id, state.interrupts)
+            if graph_input is None:  # decisions still missing: ask (again) and wait
+                return state.interrupts
     else:
         async with deps.pool.connection() as conn:
             content = await _load_input(conn, run["input_message_id"])
         graph_input = {
-            "messages": [HumanMessage(content, id=run["input_message_id"])],
+            "messages": [
+                *close_unanswered_calls(state.values.get("messages", [])),
+                HumanMessage(content, id=run["input_message_id"]),
+            ],
             "run_id": run_id,
             "step": 0,
         }
     if graph_input is None and not state.next:
-        return  # the graph finished before the previous attempt could record it
+        return ()  # the graph finished before the previous attempt could record it
     async for mode, chunk in deps.graph.astream(
         graph_input, config, context=context, stream_mode=STREAM_MODES, control=handle.control
     ):
         projector.handle(mode, chunk)
+    return (await deps.graph.aget_state(config)).interrupts
 
 
 async def _finish(writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None) -> None:

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -27,6 +26,7 @@ from server.notify import Notifier
 from server.settings import Settings
 from server.tracing import Tracing
 from server.worker import Worker
+from tools.registry import ToolRegistry
 
 log = logging.getLogger("agentrt")
 
@@ -67,7 +67,7 @@ async def setup_checkpointer(pool: Pool) -> FencedPostgresSaver:
 async def open_runtime(
     settings: Settings,
     models: ModelRegistry,
-    tools: list[BaseTool],
+    tools: ToolRegistry,
     *,
     run_workers: bool,
     span_exporters: Sequence[SpanExporter] = (),

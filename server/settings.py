@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tools.config import ToolConfig
+
 
 class Settings(BaseSettings):
     """Runtime configuration, read once at start-up from `AGENTRT_*` variables and `.env`."""
@@ -38,6 +40,13 @@ class Settings(BaseSettings):
     # Extra tools to load, as "package.module:attribute" (a BaseTool or a list of them).
     tool_modules: list[str] = []
     tool_timeout_s: float = 30.0
+    tool_max_output_chars: int = 16_000
+    # Per-tenant tool policy and MCP servers (JSON; see docs/tools.md).
+    tool_config: ToolConfig = Field(default_factory=ToolConfig)
+    # Hosts that MCP servers configured through the API may be on; stdio servers can only be
+    # configured here, by the operator. Empty: the API cannot add MCP servers.
+    mcp_api_allowed_hosts: list[str] = []
+    mcp_discovery_ttl_s: float = 300.0
 
     run_workers: bool = True
     worker_concurrency: int = 16

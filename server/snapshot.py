@@ -33,6 +33,7 @@ def empty_snapshot(run_id: str) -> Snapshot:
         "attempt": 0,
         "items": [],
         "toolCalls": [],
+        "approvals": [],
         "error": None,
     }
 
@@ -48,6 +49,9 @@ def _next_status(snap: Snapshot, kind: str) -> RunStatus:
     current = RunStatus(snap["status"])
     if kind in _STATUS_BY_EVENT:
         return _STATUS_BY_EVENT[kind]
+    if kind == "approval.resolved":
+        waiting = any(a["status"] == "pending" for a in snap.get("approvals", []))
+        return RunStatus.QUEUED if current == RunStatus.WAITING_USER and not waiting else current
     tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
     if kind == "tool.started" and current == RunStatus.RUNNING:
         return RunStatus.WAITING_TOOL
@@ -84,14 +88,13 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
             item["text"] = data.get("text", item["text"])
             item["status"] = data.get("status", "completed")
     elif kind == "tool.started":
-        snap["toolCalls"].append(
-            {
-                "toolCallId": data["toolCallId"],
-                "name": data["name"],
-                "args": data.get("args", {}),
-                "status": "running",
-            }
-        )
+        # A replay after a crash starts the same call again: one row per call id.
+        call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
+        if call is None:
+            call = {"toolCallId": data["toolCallId"]}
+            snap["toolCalls"].append(call)
+        call.update({"name": data["name"], "args": data.get("args", {}), "status": "running"})
+        call.pop("error", None)
     elif kind in ("tool.completed", "tool.failed"):
         call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
         if call is not None:
@@ -99,6 +102,31 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
             call["durationMs"] = data.get("durationMs")
             if kind == "tool.failed":
                 call["error"] = data.get("error")
+                call["errorType"] = data.get("errorType")
+    elif kind == "approval.required":
+        approvals = snap.setdefault("approvals", [])
+        entry = _find(approvals, "approvalId", data["approvalId"])
+        if entry is None:
+            entry = {"approvalId": data["approvalId"]}
+            approvals.append(entry)
+        entry.update(
+            {
+                "kind": data.get("kind", "approval"),
+                "toolCallId": data["toolCallId"],
+                "name": data["name"],
+                "risk": data.get("risk"),
+                "status": "pending",
+            }
+        )
+    elif kind == "approval.resolved":
+        entry = _find(snap.get("approvals", []), "approvalId", data["approvalId"])
+        if entry is not None:
+            entry["status"] = data["status"]
+            entry["by"] = data.get("by")
+    elif kind == "run.cancelled":
+        for entry in snap.get("approvals", []):
+            if entry["status"] == "pending":
+                entry["status"] = "cancelled"
     elif kind == "run.failed":
         snap["error"] = {"type": data.get("errorType"), "message": data.get("message")}
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value

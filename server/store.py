@@ -188,7 +188,7 @@ async def create_run(
         )
         await conn.execute(
             "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-            " input_message_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 run_id,
                 conversation_id,
@@ -197,6 +197,7 @@ async def create_run(
                 model,
                 Jsonb(options),
                 message_id,
+                sorted(who.roles),
             ),
         )
         await append_events(
@@ -268,6 +269,12 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
     reason = {"reason": "cancel requested", "by": by}
     if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
         await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+        await conn.execute(
+            "UPDATE approvals SET status = 'cancelled', decided_by = %s,"
+            " decided_at = now(), decision_reason = 'the run was cancelled'"
+            " WHERE run_id = %s AND status = 'pending'",
+            (by, run_id),
+        )
     elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
         await conn.execute(
             "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
@@ -280,6 +287,8 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
 
 async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
     """Cancel a run: at once when no worker holds it, else ask its worker to stop.
+
+    A run waiting for approval is cancelled at once and its pending approvals are closed.
 
     Raises:
         RunNotFoundError: no such run for this tenant.

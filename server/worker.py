@@ -17,6 +17,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from server.approvals import expire_due
 from server.db import Pool
 from server.eventlog import (
     RUNS_CHANNEL,
@@ -186,6 +187,7 @@ class Worker:
             self._wake.clear()
             try:
                 await self.reap_expired()
+                await expire_due(self.deps.pool)
                 while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
                     if not await self.claim_one():
                         break
@@ -243,8 +245,11 @@ class Worker:
         except Exception:
             log.exception("run %s: executor crashed", run["id"])
         finally:
-            self._tasks.pop(run["id"], None)
-            self._handles.pop(run["id"], None)
+            # A run suspended for approval can be decided and re-claimed by this worker before
+            # this task ends: leave the newer task's entry alone.
+            if self._tasks.get(run["id"]) is asyncio.current_task():
+                del self._tasks[run["id"]]
+                self._handles.pop(run["id"], None)
             self._wake.set()
 
     async def _heartbeat_loop(self) -> None:

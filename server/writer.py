@@ -76,8 +76,16 @@ class EventWriter:
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
     ) -> None:
         """Store everything queued, then `kind` together with `extra` in one transaction."""
+        await self.commit([NewEvent(kind, data)], extra)
+
+    async def commit(
+        self,
+        events: list[NewEvent],
+        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+    ) -> None:
+        """Store everything queued, then `events` together with `extra` in one transaction."""
         await self.flush()
-        await self._append([NewEvent(kind, data)], extra)
+        await self._append(events, extra)
 
     async def close(self) -> None:
         """Stop the flusher after storing what is queued (unless the lease was lost)."""

@@ -41,6 +41,9 @@ class RunOptions(BaseModel):
     timeout_seconds: float | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, alias="timeoutSeconds"
     )
+    tools: list[str] | None = Field(
+        default=None, description="Only these tools (of those the tenant allows) for this run."
+    )
 
 
 class MessageIn(BaseModel):

@@ -11,6 +11,7 @@ from nodes.models.scripted import ScriptedTurn
 from server.auth import Principal
 from server.db import Pool
 from server.eventlog import load_head
+from server.app import build_tool_registry
 from server.maintenance import prune_checkpoints
 from server.models import ModelRegistry
 from server.runtime import Runtime, open_runtime
@@ -23,7 +24,9 @@ WHO = Principal("t", "u")
 @pytest.fixture(scope="module")
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
     models = ModelRegistry(settings, {"hi": [ScriptedTurn(text="hello")]})
-    async with open_runtime(settings, models, [], run_workers=True) as rt:
+    async with open_runtime(
+        settings, models, build_tool_registry(settings, []), run_workers=True
+    ) as rt:
         yield rt
 
 

@@ -105,3 +105,39 @@ def rebuild_output(events: list[SseEvent]) -> str:
         elif e.event == "message.item.completed" and e.data["data"]["status"] == "superseded":
             superseded.add(e.data["data"]["itemId"])
     return "\n\n".join(t for i, t in texts.items() if i not in superseded and t)
+
+
+async def wait_for_event(
+    client: httpx.AsyncClient,
+    path: str,
+    kind: str,
+    *,
+    headers: dict[str, str] | None = None,
+    limit_s: float = 30,
+) -> list[SseEvent]:
+    """Read the SSE stream at `path` until an event of type `kind` arrives; return all so far."""
+    reader = SseReader()
+    async with asyncio.timeout(limit_s), client.stream("GET", path, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        async for text in response.aiter_text():
+            for event in reader.feed(text):
+                if event.event == kind:
+                    return reader.events
+    raise AssertionError(f"the stream ended without {kind}: {[e.event for e in reader.events]}")
+
+
+async def wait_for_status(
+    client: httpx.AsyncClient,
+    run_id: str,
+    status: str,
+    *,
+    headers: dict[str, str] | None = None,
+    limit_s: float = 30,
+) -> dict[str, Any]:
+    """Poll the run record until it has `status`; return it."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            run: dict[str, Any] = (await client.get(f"/api/runs/{run_id}", headers=headers)).json()
+            if run["status"] == status:
+                return run
+            await asyncio.sleep(0.05)

@@ -1,0 +1,83 @@
+"""Tools: what the caller's runs can use, and the tenant's tool configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+
+from server.auth import CurrentPrincipal, Principal
+from server.tooling import check_overlay, load_overlay, principal_toolbox, store_overlay
+from tools.config import TenantToolConfig
+from tools.policy import approval_reason
+
+router = APIRouter(prefix="/api/tools", tags=["tools"])
+
+
+def _require_admin(who: Principal) -> None:
+    if not who.has_role("admin"):
+        raise HTTPException(403, "the tenant's tool configuration needs the admin role")
+
+
+def _hide_secrets(config: dict[str, Any]) -> dict[str, Any]:
+    for server in (config.get("mcp_servers") or {}).values():
+        for key in ("headers", "env"):
+            if server.get(key):
+                server[key] = dict.fromkeys(server[key], "[redacted]")
+    return config
+
+
+@router.get("")
+async def get_tools(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+    """List the tenant's tools: policy, whether the caller's runs may call them, schemas."""
+    toolbox = await principal_toolbox(request.app.state.tools, request.app.state.pool, who)
+    tools = []
+    for name, spec in sorted(toolbox.specs.items()):
+        tools.append(
+            {
+                "name": name,
+                "description": spec.description,
+                "source": spec.source,
+                "risk": spec.risk,
+                "permissions": sorted(spec.permissions),
+                "idempotent": spec.idempotent,
+                "dedupes": spec.dedupes,
+                "timeoutS": spec.timeout_s or toolbox.default_timeout_s,
+                "approvalRequired": approval_reason(toolbox, spec) is not None,
+                "allowed": name in toolbox.allowed,
+                "permitted": toolbox.permitted(spec),
+                "inputSchema": spec.input_schema(),
+            }
+        )
+    unavailable = [
+        {"source": source, "reason": reason}
+        for source, reason in sorted(toolbox.unavailable.items())
+        if source.startswith("mcp:")
+    ]
+    return {"tools": tools, "unavailable": unavailable}
+
+
+@router.get("/config")
+async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+    """Return the tenant's stored overlay and the effective config (secrets hidden)."""
+    _require_admin(who)
+    async with request.app.state.pool.connection() as conn:
+        overlay = await load_overlay(conn, who.tenant_id)
+    effective = request.app.state.tools.resolve(who.tenant_id, overlay).raw
+    return {
+        "overlay": _hide_secrets(overlay.model_dump(mode="json", exclude_unset=True))
+        if overlay
+        else None,
+        "effective": _hide_secrets(effective.model_dump(mode="json")),
+    }
+
+
+@router.put("/config")
+async def put_tool_config(
+    request: Request, body: TenantToolConfig, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Replace the tenant's overlay on the operator's tool config (tenant admins only)."""
+    _require_admin(who)
+    check_overlay(body, request.app.state.settings.mcp_api_allowed_hosts)
+    await store_overlay(request.app.state.pool, who, body)
+    return await get_tool_config(request, who)

@@ -1,0 +1,249 @@
+"""The tool ledger: one row per (run, tool call id), so that a side effect happens once.
+
+A call is `claim`ed before it executes and `record`ed when it ends. A replay that reaches a
+recorded call gets the recorded outcome instead of executing again. A row left `started` by an
+earlier attempt (whose worker died) is *in doubt*: the pipeline's policy decides whether it may
+be run again (see docs/tools.md, "Exactly-once side effects").
+
+Every write is fenced by the run's lease generation: only the attempt that holds the row may
+record its outcome, so a stale worker cannot overwrite a newer attempt's result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+LedgerStatus = Literal["started", "completed", "failed"]
+
+
+class Claim(StrEnum):
+    """What `claim` found."""
+
+    NEW = "new"  # no row: this attempt owns the call and executes it
+    RECORDED = "recorded"  # an outcome is stored: use it, do not execute
+    IN_DOUBT = "in_doubt"  # started by an earlier attempt, no outcome
+    BUSY = "busy"  # started by this very attempt (a duplicate call id in one turn)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger row."""
+
+    run_id: str
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    idempotency_key: str
+    status: LedgerStatus
+    generation: int
+    attempts: int = 0
+    output: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    duration_ms: float | None = None
+
+
+def idempotency_key(run_id: str, tool_call_id: str) -> str:
+    """Return the stable idempotency key of a tool call (same on every replay and re-run)."""
+    digest = hashlib.sha256(f"{run_id}\x00{tool_call_id}".encode()).hexdigest()
+    return f"agentrt-{digest[:40]}"
+
+
+class ToolLedger(Protocol):
+    """Where tool outcomes are kept. `PostgresToolLedger` in production."""
+
+    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+        """Insert `entry` as started unless a row exists; return what was found."""
+        ...
+
+    async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
+        """Make an in-doubt row this attempt's (to run it again); False if someone else did."""
+        ...
+
+    async def record(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        generation: int,
+        *,
+        status: Literal["completed", "failed"],
+        attempts: int,
+        duration_ms: float,
+        output: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> bool:
+        """Store the outcome; False when the row is no longer this attempt's."""
+        ...
+
+
+class InMemoryToolLedger:
+    """A ledger in a dict: for unit tests and for running the graph without a database."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], LedgerEntry] = {}
+
+    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+        key = (entry.run_id, entry.tool_call_id)
+        found = self.rows.get(key)
+        if found is None:
+            self.rows[key] = entry
+            return Claim.NEW, entry
+        return _classify(found, entry.generation), found
+
+    async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
+        found = self.rows.get((run_id, tool_call_id))
+        if found is None or found.status != "started" or found.generation >= generation:
+            return False
+        self.rows[(run_id, tool_call_id)] = replace(
+            found, generation=generation, attempts=found.attempts + 1
+        )
+        return True
+
+    async def record(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        generation: int,
+        *,
+        status: Literal["completed", "failed"],
+        attempts: int,
+        duration_ms: float,
+        output: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> bool:
+        found = self.rows.get((run_id, tool_call_id))
+        if found is None or found.status != "started" or found.generation != generation:
+            return False
+        self.rows[(run_id, tool_call_id)] = replace(
+            found,
+            status=status,
+            attempts=found.attempts + attempts,
+            duration_ms=duration_ms,
+            output=output,
+            error=error,
+            error_type=error_type,
+        )
+        return True
+
+
+def _classify(found: LedgerEntry, generation: int) -> Claim:
+    if found.status != "started":
+        return Claim.RECORDED
+    return Claim.BUSY if found.generation >= generation else Claim.IN_DOUBT
+
+
+_CLAIM = """
+INSERT INTO tool_ledger (run_id, tool_call_id, tenant_id, tool_name, args, idempotency_key,
+                         status, generation)
+VALUES (%(run_id)s, %(tool_call_id)s, %(tenant_id)s, %(tool_name)s, %(args)s,
+        %(idempotency_key)s, 'started', %(generation)s)
+ON CONFLICT (run_id, tool_call_id) DO NOTHING
+"""
+_SELECT = "SELECT * FROM tool_ledger WHERE run_id = %s AND tool_call_id = %s"
+_TAKE_OVER = """
+UPDATE tool_ledger SET generation = %(generation)s, attempts = attempts + 1, started_at = now()
+WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'started'
+  AND generation < %(generation)s
+"""
+_RECORD = """
+UPDATE tool_ledger SET status = %(status)s, attempts = attempts + %(attempts)s,
+    output = %(output)s, error = %(error)s, error_type = %(error_type)s,
+    duration_ms = %(duration_ms)s, finished_at = now()
+WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'started'
+  AND generation = %(generation)s
+"""
+
+
+class PostgresToolLedger:
+    """The ledger in the `tool_ledger` table (server migration 0003), over the server's pool.
+
+    The tool runtime owns these statements; the server only creates the table and hands the
+    pool in, so `tools` never imports `server`.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any], tenant_id: str) -> None:
+        self._pool = pool
+        self._tenant_id = tenant_id
+
+    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+        async with self._pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                _CLAIM,
+                {
+                    "run_id": entry.run_id,
+                    "tool_call_id": entry.tool_call_id,
+                    "tenant_id": self._tenant_id,
+                    "tool_name": entry.tool_name,
+                    "args": Jsonb(entry.args),
+                    "idempotency_key": entry.idempotency_key,
+                    "generation": entry.generation,
+                },
+            )
+            if cur.rowcount == 1:
+                return Claim.NEW, entry
+            await cur.execute(_SELECT, (entry.run_id, entry.tool_call_id))
+            row = await cur.fetchone()
+        assert row is not None, "a conflicting ledger row vanished"
+        found = LedgerEntry(
+            run_id=row["run_id"],
+            tool_call_id=row["tool_call_id"],
+            tool_name=row["tool_name"],
+            args=row["args"],
+            idempotency_key=row["idempotency_key"],
+            status=row["status"],
+            generation=row["generation"],
+            attempts=row["attempts"],
+            output=row["output"],
+            error=row["error"],
+            error_type=row["error_type"],
+            duration_ms=row["duration_ms"],
+        )
+        return _classify(found, entry.generation), found
+
+    async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                _TAKE_OVER,
+                {"run_id": run_id, "tool_call_id": tool_call_id, "generation": generation},
+            )
+            return bool(cur.rowcount == 1)
+
+    async def record(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        generation: int,
+        *,
+        status: Literal["completed", "failed"],
+        attempts: int,
+        duration_ms: float,
+        output: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> bool:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                _RECORD,
+                {
+                    "run_id": run_id,
+                    "tool_call_id": tool_call_id,
+                    "generation": generation,
+                    "status": status,
+                    "attempts": attempts,
+                    "output": output,
+                    "error": error,
+                    "error_type": error_type,
+                    "duration_ms": duration_ms,
+                },
+            )
+            return bool(cur.rowcount == 1)
