@@ -21,7 +21,7 @@ from server.eventlog import RunFinishedError, RunNotFoundError
 from server.executor import ExecutorDeps
 from server.models import ModelRegistry, UnknownModelError
 from server.notify import Notifier
-from server.routes import conversations, health, runs
+from server.routes import conversations, health, runs, usage
 from server.runs import IllegalTransitionError
 from server.settings import Settings
 from server.store import ConversationNotFoundError
@@ -127,6 +127,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await asyncio.to_thread(resolve_database_url, settings)
+        await asyncio.to_thread(registry.warm_up)
         async with open_pool(url, settings) as pool:
             applied = await migrate(pool)
             checkpointer = await setup_checkpointer(pool)
@@ -159,6 +160,6 @@ def create_app(
     app.state.settings = settings
     app.state.models = registry
     install_error_handlers(app)
-    for router in (health.router, conversations.router, runs.router):
+    for router in (health.router, conversations.router, runs.router, usage.router):
         app.include_router(router)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -14,7 +15,8 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
 from graphs.context import RunContext
-from nodes.errors import StepLimitError
+from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
+from nodes.models.usage import Budget
 from server.db import Pool
 from server.eventlog import Conn, LeaseLostError, RunFinishedError, RunHead
 from server.ids import new_id
@@ -38,13 +40,34 @@ class ExecutorDeps:
     settings: Settings
 
 
-def classify_failure(exc: BaseException) -> tuple[str, str]:
-    """Name why a run failed: (error type, message a person can act on)."""
+def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
+    """Name why a run failed: (error type, message a person can act on, details).
+
+    A failed model call details its error class, provider, model, attempts and last status
+    code; an exhausted budget names the limit, what it allowed and what was used.
+    """
     if isinstance(exc, StepLimitError):
-        return exc.reason, str(exc)
+        return exc.reason, str(exc), {}
+    if isinstance(exc, ModelCallFailedError | BudgetExceededError):
+        return exc.reason, str(exc), dict(exc.details)
     if isinstance(exc, GraphRecursionError):
-        return "step_limit", "the graph exceeded its recursion limit without finishing"
-    return type(exc).__name__, str(exc) or repr(exc)
+        return "step_limit", "the graph exceeded its recursion limit without finishing", {}
+    return type(exc).__name__, str(exc) or repr(exc), {}
+
+
+def _tightest(*values: Any) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def run_budget(options: dict[str, Any], settings: Settings) -> Budget:
+    """Return the run's budget: its options may lower the settings' limits, never raise them."""
+    cost = options.get("maxCost")
+    return Budget(
+        max_tokens=_tightest(options.get("maxTokens"), settings.budget_max_tokens),
+        max_cost=_tightest(None if cost is None else Decimal(str(cost)), settings.budget_max_cost),
+        max_model_calls=_tightest(options.get("maxModelCalls"), settings.budget_max_model_calls),
+    )
 
 
 async def _load_input(conn: Conn, message_id: str) -> str:
@@ -76,7 +99,11 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
         conversation_id=run["conversation_id"],
         tenant_id=run["tenant_id"],
         user_id=run["user_id"],
-        model=deps.models.create(run["model"]),
+        model_caller=deps.models.caller(
+            run["model"],
+            budget=run_budget(options, deps.settings),
+            totals=head.snapshot.get("usage"),
+        ),
         tools=deps.tools,
         max_steps=int(options.get("maxSteps") or deps.settings.max_steps),
         tool_timeout_s=deps.settings.tool_timeout_s,
@@ -112,9 +139,11 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
         return
     except Exception as exc:
         projector.supersede_open_items("model call failed")
-        error_type, message = classify_failure(exc)
+        error_type, message, details = classify_failure(exc)
         log.info("run %s failed: %s: %s", run_id, error_type, message)
-        await _finish(writer, "run.failed", {"errorType": error_type, "message": message})
+        await _finish(
+            writer, "run.failed", {"errorType": error_type, "message": message, **details}
+        )
         return
     await _complete(deps, writer, run)
 

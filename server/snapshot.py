@@ -99,8 +99,11 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
             call["durationMs"] = data.get("durationMs")
             if kind == "tool.failed":
                 call["error"] = data.get("error")
+    elif kind == "usage":
+        snap["usage"] = data.get("totals", {})
     elif kind == "run.failed":
-        snap["error"] = {"type": data.get("errorType"), "message": data.get("message")}
+        details = {k: v for k, v in data.items() if k not in ("errorType", "message")}
+        snap["error"] = {"type": data.get("errorType"), "message": data.get("message"), **details}
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
     snap["lastEventId"] = seq
     return snap

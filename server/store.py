@@ -39,7 +39,11 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render a run row for the API."""
     error = None
     if row["error_type"]:
-        error = {"type": row["error_type"], "message": row["error_message"]}
+        error = {
+            "type": row["error_type"],
+            "message": row["error_message"],
+            **(row.get("error_details") or {}),
+        }
     return {
         "runId": row["id"],
         "conversationId": row["conversation_id"],
@@ -106,8 +110,13 @@ async def create_run(
     content: str,
     model: str,
     options: dict[str, Any],
+    *,
+    model_source: str | None = None,
 ) -> dict[str, Any]:
-    """Store the user message and a queued run with its `run.created` event, atomically."""
+    """Store the user message and a queued run with its `run.created` event, atomically.
+
+    `model_source` says why this model was picked (server/routing.py), kept in the event.
+    """
     message_id, run_id = new_id("msg"), new_id("run")
     async with pool.connection() as conn, conn.transaction():
         await get_conversation(conn, who, conversation_id)
@@ -138,6 +147,7 @@ async def create_run(
                     {
                         "conversationId": conversation_id,
                         "model": model,
+                        "modelSource": model_source,
                         "inputMessageId": message_id,
                     },
                 )

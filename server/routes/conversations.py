@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from server.auth import CurrentPrincipal, Principal
+from server.routing import pick_model
 from server.store import (
     conversation_view,
     create_conversation,
@@ -38,6 +40,12 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
+    needs: list[str] | None = Field(
+        default=None, description="Capabilities the run needs (e.g. 'reasoning'), for routing."
+    )
+    max_tokens: int | None = Field(default=None, ge=1, alias="maxTokens")
+    max_cost: Decimal | None = Field(default=None, ge=0, alias="maxCost")
+    max_model_calls: int | None = Field(default=None, ge=1, alias="maxModelCalls")
 
 
 class MessageIn(BaseModel):
@@ -90,19 +98,28 @@ async def post_message(
             f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
         )
     pool = request.app.state.pool
-    model = body.model
-    if model is None:
-        async with pool.connection() as conn:
-            model = (await get_conversation(conn, who, conversation_id))["model"]
-    model = request.app.state.models.validate(model)
-    options = body.options.model_dump(by_alias=True, exclude_none=True)
-    run = await create_run(pool, who, conversation_id, body.content, model, options)
+    async with pool.connection() as conn:
+        conversation = await get_conversation(conn, who, conversation_id)
+    pick = pick_model(
+        requested=body.model,
+        conversation_model=conversation["model"],
+        text=body.content,
+        needs=body.options.needs or [],
+        rules=settings.model_routes,
+        default=settings.default_model,
+    )
+    model = request.app.state.models.validate(pick.model_id)
+    options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
+    run = await create_run(
+        pool, who, conversation_id, body.content, model, options, model_source=pick.source
+    )
     return {
         "runId": run["id"],
         "status": run["status"],
         "conversationId": conversation_id,
         "messageId": run["input_message_id"],
         "model": model,
+        "modelSource": pick.source,
         "streamUrl": f"/api/runs/{run['id']}/events",
         "snapshotUrl": f"/api/runs/{run['id']}/snapshot",
     }
