@@ -304,6 +304,8 @@ class ResilientModelCaller:
             }
             call["itemId"] = result.message.id
             call["finishReason"] = normal.finish_reason
+        else:
+            call["itemId"] = call["finishReason"] = None
         tokens: dict[str, int | None] = {
             "inputTokens": usage.input_tokens,
             "outputTokens": usage.output_tokens,
@@ -316,10 +318,10 @@ class ResilientModelCaller:
         call.update(tokens)
         call["cost"] = money(cost.total) if cost else None
         call["priceSource"] = cost.source if cost else None
-        if result.error is not None:
-            call["errorClass"] = result.error.error_class.value
-            call["statusCode"] = result.error.status_code
-            call["error"] = result.error.message[:500]
+        error = result.error
+        call["errorClass"] = error.error_class.value if error else None
+        call["statusCode"] = error.status_code if error else None
+        call["error"] = error.message[:500] if error else None
         emit({"event": "usage", "call": call, "totals": totals.to_json()})
 
     @staticmethod

@@ -138,6 +138,15 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 10:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
 def _mro_names(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
@@ -148,6 +157,12 @@ def classify(exc: BaseException, *, provider: str, model: str) -> ModelCallError
         return exc
     message = str(exc) or type(exc).__name__
     names = _mro_names(exc)
+    original = getattr(exc, "original_exception", None)
+    if "MidStreamFallbackError" in names and isinstance(original, BaseException):
+        # litellm wraps whatever broke a stream; the wrapped error says what it was.
+        exc, names = original, _mro_names(original)
+    if any(isinstance(e, json.JSONDecodeError) for e in _chain(exc)):
+        return ModelCallError(E.BAD_RESPONSE, message, provider=provider, model=model)
 
     def made(error_class: ModelErrorClass, **kw: Any) -> ModelCallError:
         return ModelCallError(error_class, message, provider=provider, model=model, **kw)
