@@ -94,25 +94,28 @@ async def execute_run(deps: ExecutorDeps, run: dict[str, Any], head: RunHead) ->
             {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
         )
     options = run["options"] or {}
-    context = RunContext(
-        run_id=run_id,
-        conversation_id=run["conversation_id"],
-        tenant_id=run["tenant_id"],
-        user_id=run["user_id"],
-        model_caller=deps.models.caller(
-            run["model"],
-            budget=run_budget(options, deps.settings),
-            totals=head.snapshot.get("usage"),
-        ),
-        tools=deps.tools,
-        max_steps=int(options.get("maxSteps") or deps.settings.max_steps),
-        tool_timeout_s=deps.settings.tool_timeout_s,
-    )
+    max_steps = int(options.get("maxSteps") or deps.settings.max_steps)
     config: RunnableConfig = {
         "configurable": {"thread_id": run["conversation_id"]},
-        "recursion_limit": context.max_steps * 3 + 10,
+        "recursion_limit": max_steps * 3 + 10,
     }
     try:
+        # Inside the try: a model id that stopped being valid since the request (settings
+        # changed) fails the run instead of crashing the worker over and over.
+        context = RunContext(
+            run_id=run_id,
+            conversation_id=run["conversation_id"],
+            tenant_id=run["tenant_id"],
+            user_id=run["user_id"],
+            model_caller=deps.models.caller(
+                run["model"],
+                budget=run_budget(options, deps.settings),
+                totals=head.snapshot.get("usage"),
+            ),
+            tools=deps.tools,
+            max_steps=max_steps,
+            tool_timeout_s=deps.settings.tool_timeout_s,
+        )
         state = await deps.graph.aget_state(config)
         graph_input: dict[str, Any] | None
         if state.values.get("run_id") == run_id:
