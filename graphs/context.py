@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
 from tools.policy import Toolbox
@@ -14,6 +16,23 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant running inside agentrt. Use the tools you are given when they "
     "help, and answer plainly."
 )
+
+
+class ModelCaller(Protocol):
+    """The one interface `call_model` uses, whatever the provider (nodes/models/caller.py).
+
+    It owns retries, timeouts, fallbacks, the circuit breakers, the usage ledger events and
+    the run's budgets; the node only hands it the messages and tools.
+    """
+
+    async def call(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[BaseTool],
+        emit: Callable[[Any], None],
+        *,
+        step: int,
+    ) -> AIMessage: ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,7 @@ class RunContext:
     tenant_id: str = "default"
     user_id: str = "local"
     model: BaseChatModel | None = None
+    model_caller: ModelCaller | None = None
     tools: Sequence[BaseTool] = field(default_factory=tuple)
     toolbox: Toolbox | None = None
     max_steps: int = 12

@@ -9,13 +9,27 @@ from langgraph.runtime import Runtime
 from graphs.context import RunContext
 from graphs.state import AgentState
 from nodes.build_context import assemble_messages
+from nodes.models.caller import ModelChoice, ResilientModelCaller
 from nodes.models.demo import DemoChatModel
 
 
-async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Call the model with the run's tools bound; tokens stream via LangGraph's messages mode."""
-    context = runtime.context or RunContext()
+def default_caller(context: RunContext) -> ResilientModelCaller:
+    """Wrap `context.model` (the demo model by default) for runs the server did not set up."""
     model = context.model or DemoChatModel()
-    bound = model.bind_tools(list(context.tools)) if context.tools else model
-    response = await bound.ainvoke(assemble_messages(state, context))
-    return {"messages": [response], "step": state.get("step", 0) + 1}
+    name = model.name or type(model).__name__
+    return ResilientModelCaller([ModelChoice(name, name, name, model)])
+
+
+async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """Call the run's model with its tools; retries, fallbacks and usage are the caller's.
+
+    Tokens stream to clients via LangGraph's `messages` mode; the caller reports every attempt
+    as a `usage` custom event and marks superseded partial answers (docs/events.md).
+    """
+    context = runtime.context or RunContext()
+    caller = context.model_caller or default_caller(context)
+    step = state.get("step", 0) + 1
+    response = await caller.call(
+        assemble_messages(state, context), context.tools, runtime.stream_writer, step=step
+    )
+    return {"messages": [response], "step": step}

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.models import ModelRegistry, UnknownModelError
-from server.routes import admin, approvals, conversations, health, observability, runs
+from server.routes import admin, approvals, conversations, health, observability, runs, usage
 from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
@@ -182,6 +182,7 @@ def create_app(
         tools_routes.router,
         admin.router,
         observability.router,
+        usage.router,
     ):
         app.include_router(router)
     return app

@@ -112,6 +112,15 @@ def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
         )
     elif kind == "approval.resolved":
         out.write(f"[approval {data['approvalId']}: {data['status']} by {data.get('by')}]\n")
+    elif kind == "model.retry":
+        out.write(
+            f"\n[{data.get('model')}: {data.get('errorClass')}; retry in {data.get('delayS')} s]\n"
+        )
+    elif kind == "model.fallback":
+        out.write(
+            f"\n[{data.get('fromModel')}: {data.get('errorClass')}; "
+            f"falling back to {data.get('toModel')}]\n"
+        )
     elif kind == "run.failed":
         out.write(f"[run failed: {data.get('errorType')}: {data.get('message')}]\n")
     elif kind == "run.cancelled":

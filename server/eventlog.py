@@ -15,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from server.ledger import USAGE_EVENT, store_model_calls
 from server.runs import RunStatus, is_terminal
 from server.snapshot import Snapshot, apply_event, empty_snapshot
 
@@ -151,6 +152,7 @@ async def append_events(
             status = snapshot["status"]
             last = stored[-1] if stored else None
             failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
+            usage_changed = any(e.type == USAGE_EVENT for e in stored)
             await cur.execute(
                 """
                 UPDATE runs SET
@@ -161,6 +163,8 @@ async def append_events(
                     finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
                     error_type = COALESCE(%(error_type)s, error_type),
                     error_message = COALESCE(%(error_message)s, error_message),
+                    error_details = COALESCE(%(error_details)s, error_details),
+                    usage = COALESCE(%(usage)s, usage),
                     lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
                     lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
                     deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL
@@ -177,6 +181,8 @@ async def append_events(
                     or status in (RunStatus.QUEUED, RunStatus.WAITING_USER),
                     "error_type": failed.data.get("errorType") if failed else None,
                     "error_message": failed.data.get("message") if failed else None,
+                    "error_details": Jsonb(error_details(failed.data)) if failed else None,
+                    "usage": Jsonb(snapshot.get("usage", {})) if usage_changed else None,
                     "id": run_id,
                     "prev": head.seq,
                     "generation": generation,
@@ -193,6 +199,7 @@ async def append_events(
                     await copy.write_row(
                         (run_id, ev.seq, ev.type, ev.ts, attempt, json.dumps(ev.data))
                     )
+            await store_model_calls(cur, run_id, stored)
             if last is not None:
                 await cur.execute(
                     "SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, f"{run_id}:{last.seq}")
@@ -203,6 +210,11 @@ async def append_events(
         if extra is not None:
             await extra(conn, new_head)
     return new_head, stored
+
+
+def error_details(data: dict[str, Any]) -> dict[str, Any]:
+    """Return what a `run.failed` event says beyond its type and message."""
+    return {k: v for k, v in data.items() if k not in ("errorType", "message")}
 
 
 async def read_events(

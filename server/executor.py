@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -19,7 +20,8 @@ from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
-from nodes.errors import StepLimitError
+from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
+from nodes.models.usage import Budget
 from server.approvals import resume_command, suspend
 from server.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db import Pool
@@ -65,15 +67,36 @@ class RunTimeoutError(TimeoutError):
     """The run passed its wall-clock deadline."""
 
 
-def classify_failure(exc: BaseException) -> tuple[str, str]:
-    """Name why a run failed: (error type, message a person can act on)."""
+def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
+    """Name why a run failed: (error type, message a person can act on, details).
+
+    A failed model call details its error class, provider, model, attempts and last status
+    code; an exhausted budget names the limit, what it allowed and what was used.
+    """
     if isinstance(exc, StepLimitError):
-        return exc.reason, str(exc)
+        return exc.reason, str(exc), {}
+    if isinstance(exc, ModelCallFailedError | BudgetExceededError):
+        return exc.reason, str(exc), dict(exc.details)
     if isinstance(exc, GraphRecursionError):
-        return "step_limit", "the graph exceeded its recursion limit without finishing"
+        return "step_limit", "the graph exceeded its recursion limit without finishing", {}
     if isinstance(exc, RunTimeoutError):
-        return "timeout", str(exc)
-    return type(exc).__name__, str(exc) or repr(exc)
+        return "timeout", str(exc), {}
+    return type(exc).__name__, str(exc) or repr(exc), {}
+
+
+def _tightest(*values: Any) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def run_budget(options: dict[str, Any], settings: Settings) -> Budget:
+    """Return the run's budget: its options may lower the settings' limits, never raise them."""
+    cost = options.get("maxCost")
+    return Budget(
+        max_tokens=_tightest(options.get("maxTokens"), settings.budget_max_tokens),
+        max_cost=_tightest(None if cost is None else Decimal(str(cost)), settings.budget_max_cost),
+        max_model_calls=_tightest(options.get("maxModelCalls"), settings.budget_max_model_calls),
+    )
 
 
 def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:
@@ -191,8 +214,8 @@ async def _attempt(
                 "raise the run option timeoutSeconds or AGENTRT_RUN_TIMEOUT_S"
             )
         projector.close_open_items("interrupted", "run failed")
-        error_type, message = classify_failure(exc)
-        return Outcome("failed", {"errorType": error_type, "message": message})
+        error_type, message, details = classify_failure(exc)
+        return Outcome("failed", {"errorType": error_type, "message": message, **details})
     if interrupts:
         return Outcome("suspended", {"interrupts": interrupts})
     return Outcome("completed")
@@ -260,7 +283,11 @@ async def _drive(
         conversation_id=run["conversation_id"],
         tenant_id=run["tenant_id"],
         user_id=run["user_id"],
-        model=deps.models.create(run["model"]),
+        model_caller=deps.models.caller(
+            run["model"],
+            budget=run_budget(options, deps.settings),
+            totals=run.get("usage") or None,
+        ),
         tools=toolbox.visible(),
         toolbox=toolbox,
         max_steps=max_steps,

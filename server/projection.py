@@ -19,7 +19,9 @@ class StreamProjector:
 
     A message item is one assistant message: `message.item.created`, its `message.item.delta`s
     (the new text of each streamed chunk), then `message.item.completed` with the full text.
-    An item from a model call that did not finish is closed with status `superseded`.
+    An item from a model call that did not finish is closed: `interrupted` when the run fails
+    or is cancelled, `superseded` when a custom event names it in `supersedes` (a model call
+    retried or falling back after part of its answer streamed; docs/events.md).
     """
 
     def __init__(self, emit: Emit) -> None:
@@ -40,7 +42,11 @@ class StreamProjector:
                             self._complete(message, node)
         elif mode == "custom" and isinstance(chunk, dict) and "event" in chunk:
             data = dict(chunk)
-            self._emit(data.pop("event"), data)
+            kind = data.pop("event")
+            superseded = data.pop("supersedes", None)
+            if superseded:
+                self.supersede_items(superseded, kind)
+            self._emit(kind, data)
 
     def close_open_items(self, status: str, reason: str) -> None:
         """Close every item still streaming with `status`.
@@ -48,12 +54,22 @@ class StreamProjector:
         `superseded`: a retry replaces the text and clients drop it. `interrupted`: the run
         stopped; the text stays as it was streamed.
         """
-        for item_id, parts in list(self._open.items()):
+        self.close_items(list(self._open), status, reason)
+
+    def supersede_items(self, item_ids: list[str], reason: str) -> None:
+        """Close the named items that are still streaming as `superseded`."""
+        self.close_items(item_ids, "superseded", reason)
+
+    def close_items(self, item_ids: list[str], status: str, reason: str) -> None:
+        """Close the named items that are still streaming with `status`."""
+        for item_id in item_ids:
+            parts = self._open.pop(item_id, None)
+            if parts is None:
+                continue
             self._emit(
                 "message.item.completed",
                 {"itemId": item_id, "status": status, "text": "".join(parts), "reason": reason},
             )
-        self._open.clear()
 
     def _delta(self, message: AIMessageChunk, node: str | None) -> None:
         text = message.text
@@ -81,12 +97,17 @@ class StreamProjector:
             self._emit("message.item.delta", {"itemId": item_id, "delta": message.text})
             parts = [message.text]
         tool_calls = getattr(message, "tool_calls", [])
-        self._emit(
-            "message.item.completed",
-            {
-                "itemId": item_id,
-                "status": "completed",
-                "text": "".join(parts),
-                "toolCalls": [{"id": c["id"], "name": c["name"]} for c in tool_calls],
-            },
-        )
+        data: dict[str, Any] = {
+            "itemId": item_id,
+            "status": "completed",
+            "text": "".join(parts),
+            "toolCalls": [{"id": c["id"], "name": c["name"]} for c in tool_calls],
+        }
+        served = message.response_metadata.get("agentrt")
+        if isinstance(served, dict):
+            # Which model answered (after retries or fallbacks) and how it finished.
+            data["model"] = served.get("modelId")
+            data["finishReason"] = served.get("finishReason")
+            if served.get("reasoning"):
+                data["reasoning"] = served["reasoning"]
+        self._emit("message.item.completed", data)

@@ -74,6 +74,7 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     """Start everything a process needs; on exit drain the worker and close the rest."""
     url = await asyncio.to_thread(resolve_database_url, settings)
+    await asyncio.to_thread(models.warm_up)
     async with open_pool(url, settings) as pool:
         applied = await migrate(pool)
         checkpointer = await setup_checkpointer(pool)

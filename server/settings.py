@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tools.config import ToolConfig
+
+
+class ModelPrice(BaseModel):
+    """A price per million tokens for one model id, overriding litellm's price map."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: Decimal = Field(ge=0)
+    output_per_mtok: Decimal = Field(ge=0)
+    cached_input_per_mtok: Decimal | None = Field(default=None, ge=0)
+
+
+class RouteRule(BaseModel):
+    """Pick `model` for a run that gave none, when every condition set here holds.
+
+    Conditions: the message has at least `min_chars` / at most `max_chars` characters, and the
+    run declares every capability in `needs` (e.g. "reasoning", from run options or a skill).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    min_chars: int | None = Field(default=None, ge=0)
+    max_chars: int | None = Field(default=None, ge=0)
+    needs: list[str] = Field(default_factory=list)
 
 
 class Settings(BaseSettings):
@@ -34,6 +60,43 @@ class Settings(BaseSettings):
     demo_token_delay_ms: int = 15
     scripted_models_file: Path | None = None
     max_steps: int = 12
+    # Routing (docs/api-usage.md): run request > conversation > first matching rule > default.
+    model_routes: list[RouteRule] = Field(default_factory=list)
+    # Fallbacks tried in order when a model fails with a retryable error after its retries;
+    # keyed by model id, "*" for any model.
+    model_fallbacks: dict[str, list[str]] = Field(default_factory=dict)
+
+    # Providers. `openai:<model>` talks to OpenAI or any OpenAI-compatible server (vLLM,
+    # Ollama, LM Studio, a LiteLLM proxy) at `openai_base_url`.
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    openai_models: list[str] = Field(default_factory=list)  # allow-list; empty allows any
+    # `litellm:<provider>/<model>` reaches what litellm reaches (Anthropic, Gemini, Bedrock...).
+    litellm_enabled: bool = False
+    litellm_api_base: str | None = None
+    litellm_api_key: SecretStr | None = None
+    litellm_models: list[str] = Field(default_factory=list)  # allow-list; empty allows any
+    # litellm fetches its price map from the network at import unless told not to; the copy
+    # bundled with the installed litellm is used by default (offline, reproducible).
+    litellm_remote_price_map: bool = False
+
+    # Model faults (SPEC §16): attempts per model, backoff with jitter, timeouts, breaker.
+    model_max_attempts: int = Field(default=3, ge=1, le=10)
+    model_backoff_base_s: float = Field(default=0.5, ge=0)
+    model_backoff_max_s: float = Field(default=20.0, ge=0)
+    model_retry_after_max_s: float = Field(default=60.0, ge=0)
+    model_timeout_s: float = Field(default=120.0, gt=0)
+    model_ttft_timeout_s: float = Field(default=30.0, gt=0)
+    model_retry_after_partial: bool = True
+    breaker_failure_threshold: int = Field(default=5, ge=1)
+    breaker_cooldown_s: float = Field(default=30.0, gt=0)
+
+    # Cost (SPEC §17): prices per model id override litellm's map (self-hosted, negotiated).
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # Budgets per run; a run option may lower them, never raise them. None: no limit.
+    budget_max_tokens: int | None = Field(default=None, ge=1)
+    budget_max_cost: Decimal | None = Field(default=None, ge=0)
+    budget_max_model_calls: int | None = Field(default=None, ge=1)
     max_message_chars: int = 100_000
 
     fetch_allowlist: list[str] = ["example.com", "httpbin.org"]

@@ -127,8 +127,11 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
         for entry in snap.get("approvals", []):
             if entry["status"] == "pending":
                 entry["status"] = "cancelled"
+    elif kind == "usage":
+        snap["usage"] = data.get("totals", {})
     elif kind == "run.failed":
-        snap["error"] = {"type": data.get("errorType"), "message": data.get("message")}
+        details = {k: v for k, v in data.items() if k not in ("errorType", "message")}
+        snap["error"] = {"type": data.get("errorType"), "message": data.get("message"), **details}
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
     snap["lastEventId"] = seq
     return snap

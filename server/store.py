@@ -60,7 +60,11 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render a run row for the API."""
     error = None
     if row["error_type"]:
-        error = {"type": row["error_type"], "message": row["error_message"]}
+        error = {
+            "type": row["error_type"],
+            "message": row["error_message"],
+            **(row.get("error_details") or {}),
+        }
     return {
         "runId": row["id"],
         "conversationId": row["conversation_id"],
@@ -166,6 +170,7 @@ async def create_run(
     *,
     if_busy: str = "enqueue",
     user_limit: int | None = None,
+    model_source: str | None = None,
 ) -> dict[str, Any]:
     """Store the user message and a queued run with its `run.created` event, atomically.
 
@@ -174,6 +179,7 @@ async def create_run(
             (run after it), `reject` (ConversationBusyError), `interrupt` (cancel it first).
         user_limit: With the `reject` limit policy, the most runs a user may have queued or
             active; beyond it, TooManyRunsError. None queues without limit.
+        model_source: Why this model was picked (server/routing.py), kept in the event.
     """
     message_id, run_id = new_id("msg"), new_id("run")
     async with pool.connection() as conn, conn.transaction():
@@ -209,6 +215,7 @@ async def create_run(
                     {
                         "conversationId": conversation_id,
                         "model": model,
+                        "modelSource": model_source,
                         "inputMessageId": message_id,
                     },
                 )

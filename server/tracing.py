@@ -88,6 +88,14 @@ def redact(value: Any, fields: Sequence[str]) -> Any:
         }
     if isinstance(value, list):
         return [redact(v, fields) for v in value]
+    if isinstance(value, str) and value[:1] in ("{", "[") and any(
+        f in value.lower() for f in lowered
+    ):
+        # Streamed tool-call arguments arrive as JSON text.
+        try:
+            return json.dumps(redact(json.loads(value), fields))
+        except ValueError:
+            return value
     return value
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from server.auth import CurrentPrincipal, Principal
+from server.routing import pick_model
 from server.store import (
     conversation_view,
     create_conversation,
@@ -44,6 +46,12 @@ class RunOptions(BaseModel):
     tools: list[str] | None = Field(
         default=None, description="Only these tools (of those the tenant allows) for this run."
     )
+    needs: list[str] | None = Field(
+        default=None, description="Capabilities the run needs (e.g. 'reasoning'), for routing."
+    )
+    max_tokens: int | None = Field(default=None, ge=1, alias="maxTokens")
+    max_cost: Decimal | None = Field(default=None, ge=0, alias="maxCost")
+    max_model_calls: int | None = Field(default=None, ge=1, alias="maxModelCalls")
 
 
 class MessageIn(BaseModel):
@@ -102,12 +110,18 @@ async def post_message(
             f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
         )
     pool = request.app.state.pool
-    model = body.model
-    if model is None:
-        async with pool.connection() as conn:
-            model = (await get_conversation(conn, who, conversation_id))["model"]
-    model = request.app.state.models.validate(model)
-    options = body.options.model_dump(by_alias=True, exclude_none=True)
+    async with pool.connection() as conn:
+        conversation = await get_conversation(conn, who, conversation_id)
+    pick = pick_model(
+        requested=body.model,
+        conversation_model=conversation["model"],
+        text=body.content,
+        needs=body.options.needs or [],
+        rules=settings.model_routes,
+        default=settings.default_model,
+    )
+    model = request.app.state.models.validate(pick.model_id)
+    options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
     limits = settings.tenant_limits.get(who.tenant_id, {})
     user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
     run = await create_run(
@@ -119,6 +133,7 @@ async def post_message(
         options,
         if_busy=body.if_busy or settings.conversation_busy_policy,
         user_limit=user_limit if settings.limit_policy == "reject" else None,
+        model_source=pick.source,
     )
     request.app.state.runtime.metrics.events_written.inc()  # run.created
     return {
@@ -127,6 +142,7 @@ async def post_message(
         "conversationId": conversation_id,
         "messageId": run["input_message_id"],
         "model": model,
+        "modelSource": pick.source,
         "streamUrl": f"/api/runs/{run['id']}/events",
         "snapshotUrl": f"/api/runs/{run['id']}/snapshot",
     }

@@ -145,7 +145,11 @@ async def test_trace_has_the_expected_span_tree(
     assert all(
         t["parentSpanId"] in {n["spanId"] for n in find(root, "node dispatch_tools")} for t in tools
     )
-    assert "sk-secret" not in str(trace) and "[redacted]" in tools[0]["attributes"]["agentrt.input"]
+    leaks = [(s["name"], k, str(v)[:300]) for s in _all(root) for k, v in s["attributes"].items()
+             if "sk-secret" in str(v)]
+    assert leaks == []
+    assert "sk-secret" not in str(trace)
+    assert "[redacted]" in tools[0]["attributes"]["agentrt.input"]
 
     # The exact messages sent to the model are retrievable in full.
     first = models[0]
@@ -199,3 +203,7 @@ async def test_metrics_parse_and_move_by_the_right_amounts(client: httpx.AsyncCl
     assert value(after, "agentrt_runs", status="completed", tenant="default") >= 1
     assert value(after, "agentrt_queue_depth") == 0
     assert value(after, "agentrt_workers") == 1
+
+
+def _all(span: dict[str, Any]) -> list[dict[str, Any]]:
+    return [span, *(s for c in span["children"] for s in _all(c))]

@@ -8,10 +8,10 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from nodes.models.scripted import ScriptedTurn
+from server.app import build_tool_registry
 from server.auth import Principal
 from server.db import Pool
 from server.eventlog import load_head
-from server.app import build_tool_registry
 from server.maintenance import prune_checkpoints
 from server.models import ModelRegistry
 from server.runtime import Runtime, open_runtime

@@ -1,0 +1,87 @@
+"""Usage and cost: a run's per-call breakdown, daily aggregates, models and their circuits."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from server.auth import CurrentPrincipal, Principal
+from server.executor import run_budget
+from server.ledger import GroupBy, daily_usage, run_calls
+from server.store import get_run
+
+router = APIRouter(tags=["usage"])
+
+MAX_DAYS = 366
+
+
+@router.get("/api/runs/{run_id}/usage")
+async def get_run_usage(
+    request: Request, run_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Return the run's totals, budget and one row per model call (every attempt)."""
+    async with request.app.state.pool.connection() as conn:
+        run = await get_run(conn, who, run_id)
+        calls = await run_calls(conn, run_id)
+    return {
+        "runId": run_id,
+        "status": run["status"],
+        "totals": run["usage"] or {},
+        "budget": run_budget(run["options"] or {}, request.app.state.settings).to_json(),
+        "calls": calls,
+    }
+
+
+@router.get("/api/usage")
+async def get_usage(
+    request: Request,
+    start: Annotated[date | None, Query(alias="from", description="First UTC day.")] = None,
+    end: Annotated[date | None, Query(alias="to", description="Last UTC day, included.")] = None,
+    group_by: Annotated[GroupBy, Query(alias="groupBy")] = "tenant",
+    user_id: Annotated[str | None, Query(alias="userId")] = None,
+    who: Principal = CurrentPrincipal,
+) -> dict[str, Any]:
+    """Aggregate the tenant's model usage and cost per UTC day, for the tenant or per user.
+
+    The default window is the last 30 days up to today. Callers without the `billing` role
+    (admins have every role) see only their own usage.
+    """
+    end = end or datetime.now(UTC).date()
+    start = start or end - timedelta(days=29)
+    if start > end:
+        raise HTTPException(422, f"'from' ({start}) is after 'to' ({end})")
+    if (end - start).days >= MAX_DAYS:
+        raise HTTPException(422, f"at most {MAX_DAYS} days per request")
+    if not who.has_role("billing"):
+        if user_id not in (None, who.user_id):
+            raise HTTPException(403, "only the billing role can see other users' usage")
+        user_id = who.user_id
+    async with request.app.state.pool.connection() as conn:
+        days = await daily_usage(conn, who.tenant_id, start, end, group_by, user_id)
+    return {
+        "tenantId": who.tenant_id,
+        "from": start.isoformat(),
+        "to": end.isoformat(),
+        "groupBy": group_by,
+        "userId": user_id,
+        "days": days,
+    }
+
+
+@router.get("/api/models")
+async def get_models(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+    """Say which providers, fallbacks and routing rules this server has (never keys)."""
+    return dict(request.app.state.models.describe())
+
+
+@router.get("/api/models/circuits")
+async def get_circuits(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+    """Return the circuit breaker of every model this process has called."""
+    breakers = request.app.state.models.breakers
+    return {
+        "threshold": breakers.threshold,
+        "cooldownS": breakers.cooldown_s,
+        "circuits": breakers.snapshot(),
+    }
