@@ -114,9 +114,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(422, "invalid_tool_config", str(exc))
 
 
-def default_tools(settings: Settings) -> list[BaseTool]:
+def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
     """The built-in tools plus those named in `AGENTRT_TOOL_MODULES`."""
-    return builtin_tools(settings.fetch_allowlist) + load_tool_modules(settings.tool_modules)
+    return [*builtin_tools(settings.fetch_allowlist), *load_tool_modules(settings.tool_modules)]
 
 
 def build_tool_registry(

@@ -155,7 +155,12 @@ async def execute_run(
     """
     handle = handle or RunHandle()
     writer = EventWriter(deps.pool, head, on_stored=deps.metrics.events_written.inc)
-    projector = StreamProjector(writer.emit)
+
+    def emit(kind: str, data: dict[str, Any] | None = None) -> None:
+        deps.metrics.observe_event(kind, data or {})
+        writer.emit(kind, data)
+
+    projector = StreamProjector(emit)
     for item_id in streaming_item_ids(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(

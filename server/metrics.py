@@ -130,6 +130,24 @@ class Metrics:
             if value:
                 self.tokens.labels(provider, model, kind).inc(value)
 
+    def observe_event(self, kind: str, data: Mapping[str, Any]) -> None:
+        """Count what the model layer reports through events: cost and retries."""
+        if kind == "usage":
+            call = data.get("call") or {}
+            if call.get("cost") is not None:
+                self.cost.labels(call.get("provider", ""), call.get("model", "")).inc(
+                    float(call["cost"])
+                )
+        elif kind == "model.retry":
+            provider, _, model = str(data.get("model", "")).partition(":")
+            self.retries.labels(provider, model).inc()
+
+    def set_breakers(self, circuits: list[dict[str, Any]]) -> None:
+        """Mirror the circuit breakers' states (`model` is "provider:model")."""
+        for circuit in circuits:
+            provider, _, model = str(circuit["model"]).partition(":")
+            self.breaker_open.labels(provider, model).set(circuit["state"] == "open")
+
     def observe_tool_call(self, tool: str, seconds: float, outcome: str) -> None:
         """Record one tool call."""
         self.tool_latency.labels(tool, outcome).observe(seconds)

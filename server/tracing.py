@@ -88,8 +88,10 @@ def redact(value: Any, fields: Sequence[str]) -> Any:
         }
     if isinstance(value, list):
         return [redact(v, fields) for v in value]
-    if isinstance(value, str) and value[:1] in ("{", "[") and any(
-        f in value.lower() for f in lowered
+    if (
+        isinstance(value, str)
+        and value[:1] in ("{", "[")
+        and any(f in value.lower() for f in lowered)
     ):
         # Streamed tool-call arguments arrive as JSON text.
         try:
@@ -295,6 +297,27 @@ class Tracing:
         if error:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end()
+
+    def record_span(
+        self,
+        run_id: str,
+        name: str,
+        start: datetime,
+        end: datetime,
+        attributes: dict[str, Any],
+        error: str | None = None,
+    ) -> None:
+        """Record a finished span of a run that no single process watched from start to end
+        (an approval wait spans the run's suspension)."""
+        span = self.tracer.start_span(
+            name,
+            context=self.root_context(run_id),
+            start_time=int(start.timestamp() * 1e9),
+            attributes={"agentrt.run_id": run_id, **attributes},
+        )
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=int(end.timestamp() * 1e9))
 
     def callbacks(self, info: RunInfo, parent: Span) -> TraceCallbackHandler:
         """A LangChain callback handler that opens spans for this attempt's work."""

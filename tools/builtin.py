@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 from langchain_core.tools import BaseTool, ToolException, tool
 
+from tools.spec import ToolSpec
+
 
 @tool
 def current_time(timezone: str = "UTC") -> str:
@@ -134,15 +136,15 @@ def make_fetch_url(allowlist: Sequence[str], max_chars: int = 4000) -> BaseTool:
     return fetch_url
 
 
-def load_tool_modules(paths: Sequence[str]) -> list[BaseTool]:
-    """Import extra tools named "package.module:attribute" (a BaseTool or a list of them)."""
-    found: list[BaseTool] = []
+def load_tool_modules(paths: Sequence[str]) -> list[BaseTool | ToolSpec]:
+    """Import extra tools named "package.module:attribute" (a tool or a list of them)."""
+    found: list[BaseTool | ToolSpec] = []
     for path in paths:
         module_name, _, attribute = path.partition(":")
         value = getattr(importlib.import_module(module_name), attribute)
         items = value if isinstance(value, list | tuple) else [value]
         for item in items:
-            if not isinstance(item, BaseTool):
+            if not isinstance(item, BaseTool | ToolSpec):
                 raise TypeError(f"{path} gives {type(item).__name__}, not a tool")
             found.append(item)
     return found

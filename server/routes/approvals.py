@@ -104,4 +104,21 @@ async def post_decision(
         args=body.args,
         check_args=check_args,
     )
+    runtime = request.app.state.runtime
+    waited = (row["decided_at"] - row["requested_at"]).total_seconds()
+    runtime.metrics.approval_wait.observe(waited)
+    runtime.tracing.record_span(
+        row["run_id"],
+        "approval.wait",
+        row["requested_at"],
+        row["decided_at"],
+        {
+            "agentrt.kind": "approval",
+            "agentrt.tenant_id": row["tenant_id"],
+            "agentrt.conversation_id": row["conversation_id"],
+            "agentrt.tool.name": row["tool_name"],
+            "agentrt.approval.status": row["status"],
+            "agentrt.approval.by": row["decided_by"],
+        },
+    )
     return approval_view(row)

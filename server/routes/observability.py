@@ -50,4 +50,5 @@ async def metrics(request: Request, who: Principal = CurrentPrincipal) -> Respon
     require_admin(who)
     runtime = request.app.state.runtime
     await runtime.metrics.refresh(runtime.pool)
+    runtime.metrics.set_breakers(request.app.state.models.breakers.snapshot())
     return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")

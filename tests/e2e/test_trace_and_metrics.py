@@ -16,7 +16,8 @@ from server.app import create_app, default_tools
 from server.models import ModelRegistry
 from server.settings import Settings
 from server.traces import render_tree
-from tests.support.live import read_sse, serve
+from tests.support.live import read_sse, serve, wait_for_status
+from tools.spec import agent_tool
 
 calls: list[str] = []
 
@@ -55,7 +56,21 @@ SCRIPTS = {
         ScriptedTurn(text="k1 is 42.", usage=USAGE),
     ],
     "broken": [ScriptedTurn(text="Thinking", error="provider exploded", fail_after_chunks=1)],
+    "approve": [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="wire_money", args={"amount": 5})]),
+        ScriptedTurn(text="Sent."),
+    ],
 }
+
+
+@agent_tool(risk="high", idempotent=True)
+async def wire_money(amount: int) -> str:
+    """Send money to the usual account.
+
+    Args:
+        amount: How much, in euros.
+    """
+    return f"sent {amount}"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +85,7 @@ async def client(
     app = create_app(
         settings,
         models=ModelRegistry(settings, SCRIPTS),
-        tools=[*default_tools(settings), flaky_lookup],
+        tools=[*default_tools(settings), flaky_lookup, wire_money],
         span_exporters=[exporter],
     )
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
@@ -145,8 +160,12 @@ async def test_trace_has_the_expected_span_tree(
     assert all(
         t["parentSpanId"] in {n["spanId"] for n in find(root, "node dispatch_tools")} for t in tools
     )
-    leaks = [(s["name"], k, str(v)[:300]) for s in _all(root) for k, v in s["attributes"].items()
-             if "sk-secret" in str(v)]
+    leaks = [
+        (s["name"], k, str(v)[:300])
+        for s in _all(root)
+        for k, v in s["attributes"].items()
+        if "sk-secret" in str(v)
+    ]
     assert leaks == []
     assert "sk-secret" not in str(trace)
     assert "[redacted]" in tools[0]["attributes"]["agentrt.input"]
@@ -207,3 +226,31 @@ async def test_metrics_parse_and_move_by_the_right_amounts(client: httpx.AsyncCl
 
 def _all(span: dict[str, Any]) -> list[dict[str, Any]]:
     return [span, *(s for c in span["children"] for s in _all(c))]
+
+
+async def test_an_approval_wait_is_a_span_and_a_metric(client: httpx.AsyncClient) -> None:
+    before = metric_samples((await client.get("/metrics")).text)
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    run = (
+        await client.post(
+            f"/api/conversations/{conv}/messages",
+            json={"content": "pay", "model": "scripted:approve"},
+        )
+    ).json()
+    await wait_for_status(client, run["runId"], "waiting_user")
+    (approval,) = (await client.get(f"/api/runs/{run['runId']}/approvals")).json()["approvals"]
+    decided = await client.post(
+        f"/api/approvals/{approval['approvalId']}", json={"decision": "approve"}
+    )
+    assert decided.status_code == 200, decided.text
+    events = await read_sse(client, run["streamUrl"])
+    assert events[-1].event == "run.completed"
+    after = metric_samples((await client.get("/metrics")).text)
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+
+    (wait,) = find(trace["root"], "approval.wait")
+    assert wait["parentSpanId"] == trace["root"]["spanId"]
+    assert wait["attributes"]["agentrt.approval.status"] == "approved"
+    assert len(trace["root"]["children"]) == 3  # attempt, approval.wait, attempt
+    count = "agentrt_approval_wait_seconds_count"
+    assert value(after, count) - value(before, count) == 1

@@ -44,12 +44,16 @@ SCRIPTS = {
         ),
         ScriptedTurn(text="Bumped once."),
     ],
+    "rocket": [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="launch_rocket", args={"target": "moon"})]),
+        ScriptedTurn(text="Launched."),
+    ],
 }
 WORKER_SETTINGS = {
     "lease_seconds": 2.0,
     "worker_poll_seconds": 0.5,
     "drain_grace_s": 10.0,
-    "tool_modules": ["tests.support.tools:bump_counter"],
+    "tool_modules": ["tests.support.tools:bump_counter", "tests.support.tools:launch_rocket"],
 }
 
 
@@ -284,3 +288,59 @@ async def test_cancel_reaches_a_run_in_another_process_within_seconds(
     assert events[-1].event == "run.cancelled"
     assert [e.event for e in events].count("run.cancelled") == 1
     assert took < 5, f"cancel took {took:.1f}s"
+
+
+async def test_kill_9_during_a_tool_call_does_not_repeat_its_side_effect(
+    client: httpx.AsyncClient, env: dict[str, str], scripts_file: tuple[Path, Path]
+) -> None:
+    counter = scripts_file[1]
+    counter.unlink(missing_ok=True)
+    async with workers(env, 2) as (a, b):
+        run = await post(client, "slow_tool")
+        await wait_until(
+            client,
+            run["runId"],
+            lambda s: counter.exists() and any(t["status"] == "running" for t in s["toolCalls"]),
+        )
+        record = (await client.get(f"/api/runs/{run['runId']}")).json()
+        (a if _owns(a, record) else b).signal(signal.SIGKILL)  # mid-tool, after its effect
+        events = await check_consistent(client, run["runId"])
+    requests = counter.read_text().splitlines()
+    assert len(set(requests)) == 1, requests  # the outside system saw one request key
+    assert rebuild_output(events).endswith("Bumped once.")
+    assert [e.data["data"]["reason"] for e in events if e.event == "run.requeued"] == [
+        "lease expired"
+    ]
+
+
+async def test_a_run_waiting_for_approval_survives_a_full_stop(
+    settings: Settings, scripts_file: tuple[Path, Path], env: dict[str, str]
+) -> None:
+    api = settings.model_copy(
+        update={"run_workers": False, "scripted_models_file": scripts_file[0], **WORKER_SETTINGS}
+    )
+    async with (
+        serve(create_app(api)) as url,
+        httpx.AsyncClient(base_url=url) as first,
+        workers(env, 1) as (w,),
+    ):
+        run = await post(first, "rocket")
+        await wait_until(first, run["runId"], lambda s: s["status"] == "waiting_user")
+        w.signal(signal.SIGTERM)
+        assert await w.wait() == 0
+    # Every process is gone. A new API and a new worker come up; a reviewer decides.
+    async with serve(create_app(api)) as url, httpx.AsyncClient(base_url=url) as second:
+        record = (await second.get(f"/api/runs/{run['runId']}")).json()
+        assert record["status"] == "waiting_user" and record["leaseOwner"] is None
+        async with workers(env, 1):
+            (approval,) = (await second.get(f"/api/runs/{run['runId']}/approvals")).json()[
+                "approvals"
+            ]
+            decided = await second.post(
+                f"/api/approvals/{approval['approvalId']}", json={"decision": "approve"}
+            )
+            assert decided.status_code == 200, decided.text
+            events = await check_consistent(second, run["runId"])
+    assert rebuild_output(events) == "Launched."
+    done = next(e for e in events if e.event == "tool.completed")
+    assert done.data["data"]["output"] == "launched towards moon"

@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 from pathlib import Path
 
-from langchain_core.tools import tool
+from tools.spec import CallContext, agent_tool
 
 
-@tool
-def bump_counter(path: str, hold_s: float = 0.0) -> str:
+@agent_tool(idempotent=False, dedupes=True)
+async def bump_counter(path: str, call: CallContext, hold_s: float = 0.0) -> str:
     """Add one to the counter kept in the file at `path`, then wait `hold_s` seconds.
 
+    The "outside system" is the file: one line per request, tagged with the idempotency key,
+    and it counts distinct keys, so a repeated request with the same key is not counted twice.
+
     Args:
-        path: The counter file; one line is appended per call.
+        path: The counter file.
         hold_s: Seconds to wait after the side effect, before returning.
     """
     counter = Path(path)
-    with counter.open("a") as f:
-        f.write("bump\n")
-    count = len(counter.read_text().splitlines())
-    time.sleep(hold_s)
-    return f"counter is now {count}"
+    await asyncio.to_thread(_append, counter, f"bump {call.idempotency_key}\n")
+    lines = (await asyncio.to_thread(counter.read_text)).splitlines()
+    await asyncio.sleep(hold_s)
+    return f"counter is now {len(set(lines))}"
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a") as f:
+        f.write(line)
+
+
+@agent_tool(risk="high")
+async def launch_rocket(target: str) -> str:
+    """Launch the rocket at a target (needs a human's approval).
+
+    Args:
+        target: Where to.
+    """
+    return f"launched towards {target}"
