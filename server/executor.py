@@ -34,6 +34,7 @@ from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
 from server.snapshot import output_text, streaming_item_ids
 from server.tooling import run_toolbox
+from server.trace_callbacks import TraceCallbackHandler
 from server.tracing import RunInfo, Tracing
 from server.writer import EventWriter
 from tools.registry import ToolRegistry
@@ -171,7 +172,7 @@ async def execute_run(
     token = run_context.set({"run_id": run["id"], "tenant_id": run["tenant_id"]})
     try:
         with deps.tracing.attempt(info) as span:
-            handler = deps.tracing.callbacks(info, span)
+            handler = TraceCallbackHandler(deps.tracing, info, span)
             outcome = await _attempt(deps, run, projector, handle, [handler], writer.emit)
             handler.close_all(f"attempt ended: {outcome.kind}")
             if outcome.kind == "failed":
