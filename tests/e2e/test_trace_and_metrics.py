@@ -17,7 +17,8 @@ from server.models import ModelRegistry
 from server.settings import Settings
 from server.traces import render_tree
 from tests.support.live import read_sse, serve, wait_for_status
-from tools.spec import agent_tool
+from tools.errors import RetryableToolError
+from tools.spec import RetryPolicy, agent_tool
 
 calls: list[str] = []
 
@@ -56,11 +57,34 @@ SCRIPTS = {
         ScriptedTurn(text="k1 is 42.", usage=USAGE),
     ],
     "broken": [ScriptedTurn(text="Thinking", error="provider exploded", fail_after_chunks=1)],
+    "full": [
+        ScriptedTurn(tool_calls=[
+            ScriptedToolCall(name="flaky_service", args={"job": "j1"}),
+            ScriptedToolCall(name="wire_money", args={"amount": 7}),
+        ]),
+        ScriptedTurn(text="All done."),
+    ],
     "approve": [
         ScriptedTurn(tool_calls=[ScriptedToolCall(name="wire_money", args={"amount": 5})]),
         ScriptedTurn(text="Sent."),
     ],
 }
+
+
+service_calls: list[str] = []
+
+
+@agent_tool(retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.01))
+async def flaky_service(job: str) -> str:
+    """Run a job on a service that drops every other request.
+
+    Args:
+        job: The job to run.
+    """
+    service_calls.append(job)
+    if len(service_calls) % 2 == 1:
+        raise RetryableToolError(f"service dropped the request for {job}")
+    return f"{job} done"
 
 
 @agent_tool(risk="high", idempotent=True)
@@ -85,7 +109,7 @@ async def client(
     app = create_app(
         settings,
         models=ModelRegistry(settings, SCRIPTS),
-        tools=[*default_tools(settings), flaky_lookup, wire_money],
+        tools=[*default_tools(settings), flaky_lookup, flaky_service, wire_money],
         span_exporters=[exporter],
     )
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
@@ -254,3 +278,41 @@ async def test_an_approval_wait_is_a_span_and_a_metric(client: httpx.AsyncClient
     assert len(trace["root"]["children"]) == 3  # attempt, approval.wait, attempt
     count = "agentrt_approval_wait_seconds_count"
     assert value(after, count) - value(before, count) == 1
+
+
+async def test_a_run_with_a_retried_tool_and_an_approval_has_the_expected_tree(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    run = (await client.post(f"/api/conversations/{conv}/messages",
+                             json={"content": "do it", "model": "scripted:full"})).json()
+    await wait_for_status(client, run["runId"], "waiting_user")
+    (approval,) = (await client.get(f"/api/runs/{run['runId']}/approvals")).json()["approvals"]
+    await client.post(f"/api/approvals/{approval['approvalId']}", json={"decision": "approve"})
+    events = await read_sse(client, run["streamUrl"])
+    assert events[-1].event == "run.completed"
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+    root = trace["root"]
+
+    assert [c["name"] for c in root["children"]] == ["run.attempt", "approval.wait",
+                                                     "run.attempt"]
+    first, wait, second = root["children"]
+    assert [c["name"] for c in first["children"]] == [
+        "node build_context", "node call_model", "node await_approval"]
+    assert "interrupted" in [e["name"] for e in first["children"][2]["events"]]
+    assert wait["attributes"]["agentrt.tool.name"] == "wire_money"
+    assert [c["name"] for c in second["children"]] == [
+        "node await_approval", "node dispatch_tools", "node build_context", "node call_model"]
+    assert len(find(root, "model.call")) == 2
+    service = find(second, "tool flaky_service")
+    assert [s["status"] for s in service] == ["error", "unset"]
+    assert "dropped the request" in service[0]["error"]
+    assert len(find(second, "tool wire_money")) == 1
+    assert {s["attributes"]["agentrt.attempt"] for s in find(second, "node dispatch_tools")} == {2}
+
+    exported = {f"{s.context.span_id:016x}": s for s in exporter.get_finished_spans()
+                if f"{s.context.trace_id:032x}" == trace["traceId"]}
+    for span in _all(root):
+        assert exported[span["spanId"]].name == span["name"]
+        parent = exported[span["spanId"]].parent
+        assert (f"{parent.span_id:016x}" if parent else None) == span["parentSpanId"]
