@@ -58,10 +58,12 @@ SCRIPTS = {
     ],
     "broken": [ScriptedTurn(text="Thinking", error="provider exploded", fail_after_chunks=1)],
     "full": [
-        ScriptedTurn(tool_calls=[
-            ScriptedToolCall(name="flaky_service", args={"job": "j1"}),
-            ScriptedToolCall(name="wire_money", args={"amount": 7}),
-        ]),
+        ScriptedTurn(
+            tool_calls=[
+                ScriptedToolCall(name="flaky_service", args={"job": "j1"}),
+                ScriptedToolCall(name="wire_money", args={"amount": 7}),
+            ]
+        ),
         ScriptedTurn(text="All done."),
     ],
     "approve": [
@@ -284,8 +286,12 @@ async def test_a_run_with_a_retried_tool_and_an_approval_has_the_expected_tree(
     client: httpx.AsyncClient, exporter: InMemorySpanExporter
 ) -> None:
     conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-    run = (await client.post(f"/api/conversations/{conv}/messages",
-                             json={"content": "do it", "model": "scripted:full"})).json()
+    run = (
+        await client.post(
+            f"/api/conversations/{conv}/messages",
+            json={"content": "do it", "model": "scripted:full"},
+        )
+    ).json()
     await wait_for_status(client, run["runId"], "waiting_user")
     (approval,) = (await client.get(f"/api/runs/{run['runId']}/approvals")).json()["approvals"]
     await client.post(f"/api/approvals/{approval['approvalId']}", json={"decision": "approve"})
@@ -294,15 +300,21 @@ async def test_a_run_with_a_retried_tool_and_an_approval_has_the_expected_tree(
     trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
     root = trace["root"]
 
-    assert [c["name"] for c in root["children"]] == ["run.attempt", "approval.wait",
-                                                     "run.attempt"]
+    assert [c["name"] for c in root["children"]] == ["run.attempt", "approval.wait", "run.attempt"]
     first, wait, second = root["children"]
     assert [c["name"] for c in first["children"]] == [
-        "node build_context", "node call_model", "node await_approval"]
+        "node build_context",
+        "node call_model",
+        "node await_approval",
+    ]
     assert "interrupted" in [e["name"] for e in first["children"][2]["events"]]
     assert wait["attributes"]["agentrt.tool.name"] == "wire_money"
     assert [c["name"] for c in second["children"]] == [
-        "node await_approval", "node dispatch_tools", "node build_context", "node call_model"]
+        "node await_approval",
+        "node dispatch_tools",
+        "node build_context",
+        "node call_model",
+    ]
     assert len(find(root, "model.call")) == 2
     service = find(second, "tool flaky_service")
     assert [s["status"] for s in service] == ["error", "unset"]
@@ -310,8 +322,11 @@ async def test_a_run_with_a_retried_tool_and_an_approval_has_the_expected_tree(
     assert len(find(second, "tool wire_money")) == 1
     assert {s["attributes"]["agentrt.attempt"] for s in find(second, "node dispatch_tools")} == {2}
 
-    exported = {f"{s.context.span_id:016x}": s for s in exporter.get_finished_spans()
-                if f"{s.context.trace_id:032x}" == trace["traceId"]}
+    exported = {
+        f"{s.context.span_id:016x}": s
+        for s in exporter.get_finished_spans()
+        if f"{s.context.trace_id:032x}" == trace["traceId"]
+    }
     for span in _all(root):
         assert exported[span["spanId"]].name == span["name"]
         parent = exported[span["spanId"]].parent
