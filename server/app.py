@@ -18,6 +18,7 @@ from server.routes import admin, conversations, health, runs
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
 from server.settings import Settings
+from server.sse import Feeds
 from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
 from tools.builtin import builtin_tools, load_tool_modules
 
@@ -119,6 +120,7 @@ def create_app(
         ) as runtime:
             app.state.runtime = runtime
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
+            app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep)
             yield
 
     app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)
