@@ -44,14 +44,17 @@ def _find(rows: list[Any], key: str, value: str) -> Any:
     return None
 
 
+_TOOL_EVENTS = frozenset({"tool.started", "tool.completed", "tool.failed"})
+
+
 def _next_status(snap: Snapshot, kind: str) -> RunStatus:
     current = RunStatus(snap["status"])
     if kind in _STATUS_BY_EVENT:
         return _STATUS_BY_EVENT[kind]
-    tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
     if kind == "tool.started" and current == RunStatus.RUNNING:
         return RunStatus.WAITING_TOOL
     if kind in ("tool.completed", "tool.failed") and current == RunStatus.WAITING_TOOL:
+        tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
         return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
     return current
 
@@ -101,7 +104,10 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Sn
                 call["error"] = data.get("error")
     elif kind == "run.failed":
         snap["error"] = {"type": data.get("errorType"), "message": data.get("message")}
-    snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
+    # Only run.* / approval events and tool events move the status; the rest (token deltas
+    # above all: nearly every event of a long run) skip the state machine.
+    if kind in _STATUS_BY_EVENT or kind in _TOOL_EVENTS:
+        snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
     snap["lastEventId"] = seq
     return snap
 
