@@ -155,20 +155,22 @@ async def _drive(
         },
         "recursion_limit": context.max_steps * 3 + 10,
     }
-    state = await deps.graph.aget_state(config)
-    graph_input: dict[str, Any] | None
-    if state.values.get("run_id") == run_id:
-        graph_input = None  # resume this run from its last checkpoint
+    graph_input: dict[str, Any] | None = None
+    # Only an earlier attempt of this run can have left checkpoints of it to resume from.
+    state = await deps.graph.aget_state(config) if run["attempt"] > 1 else None
+    if state is not None and state.values.get("run_id") == run_id:
+        if not state.next:
+            return  # the graph finished before the previous attempt could record it
     else:
-        async with deps.pool.connection() as conn:
-            content = await _load_input(conn, run["input_message_id"])
+        content = run.get("input_content")
+        if content is None:
+            async with deps.pool.connection() as conn:
+                content = await _load_input(conn, run["input_message_id"])
         graph_input = {
             "messages": [HumanMessage(content, id=run["input_message_id"])],
             "run_id": run_id,
             "step": 0,
         }
-    if graph_input is None and not state.next:
-        return  # the graph finished before the previous attempt could record it
     async for mode, chunk in deps.graph.astream(
         graph_input, config, context=context, stream_mode=STREAM_MODES, control=handle.control
     ):
