@@ -182,6 +182,17 @@ def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
     return _await_worker(_spawn_worker(env, concurrency))
 
 
+def start_workers(env: dict[str, str], count: int, concurrency: int = 16) -> list[Proc]:
+    """Start `count` worker processes side by side; wait until all are ready."""
+    spawned = [_spawn_worker(env, concurrency) for _ in range(count)]
+    try:
+        return [_await_worker(w) for w in spawned]
+    except BaseException:
+        for p in spawned:
+            p.kill()
+        raise
+
+
 def start_stack(env: dict[str, str], workers: int = 1, concurrency: int = 16) -> list[Proc]:
     """Start an API process and `workers` worker processes side by side; API first in the list."""
     api = _spawn_api(env, False)

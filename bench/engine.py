@@ -51,7 +51,11 @@ class Engine:
         first = token = 0.0
         config: RunnableConfig = {"configurable": {"thread_id": new_id("floor")}}
         context = RunContext(model=self.model, tools=self.tools)
-        graph_input: dict[str, Any] = {"messages": [HumanMessage("go")], "run_id": "floor", "step": 0}
+        graph_input: dict[str, Any] = {
+            "messages": [HumanMessage("go")],
+            "run_id": "floor",
+            "step": 0,
+        }
         async for part in self.graph.astream(
             graph_input,
             config,
