@@ -332,11 +332,11 @@ async def http(url: str) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def run_async(coro: Any) -> Any:
+def run_async(coro: Any, limit_s: float = 900) -> Any:
     """Run a coroutine with a hard ceiling so that no benchmark hangs."""
 
     async def bounded() -> Any:
-        async with asyncio.timeout(900):
+        async with asyncio.timeout(limit_s):
             return await coro
 
     return asyncio.run(bounded())

@@ -8,14 +8,13 @@ the same way and is the baseline. Every table of the schema is counted, so ledge
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from pathlib import Path
 
 import psycopg
 
 from bench.client import Endpoint
-from bench.common import Figures, env_for, processes, start_stack, write_scripts
+from bench.common import Figures, env_for, processes, run_async, start_stack, write_scripts
 from bench.engine import AGENT_SCRIPT, engine
 from bench.overhead import agentrt_run, conversations
 
@@ -79,12 +78,12 @@ def main(database_url: str, quick: bool) -> Figures:
     assert procs[0].url is not None
     ep = Endpoint.of(procs[0].url)
     with processes(procs):
-        asyncio.run(engine_runs(database_url, 3))
-        asyncio.run(agentrt_runs(ep, 3))  # warm up; tables exist
+        run_async(engine_runs(database_url, 3))
+        run_async(agentrt_runs(ep, 3))  # warm up; tables exist
         s0 = tables_state(database_url)
-        asyncio.run(engine_runs(database_url, runs))
+        run_async(engine_runs(database_url, runs))
         s1 = tables_state(database_url)
-        asyncio.run(agentrt_runs(ep, runs))
+        run_async(agentrt_runs(ep, runs))
         s2 = tables_state(database_url)
     floor_rows, floor_wal = delta(s0, s1, runs)
     ours_rows, ours_wal = delta(s1, s2, runs)

@@ -16,7 +16,16 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.client import Endpoint, StreamTimes, request, sse
-from bench.common import Figures, Proc, env_for, processes, quantiles, start_stack, write_scripts
+from bench.common import (
+    Figures,
+    Proc,
+    env_for,
+    processes,
+    quantiles,
+    run_async,
+    start_stack,
+    write_scripts,
+)
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import conversations
 
@@ -98,7 +107,7 @@ def main(database_url: str, quick: bool) -> Figures:
     api = procs[0]
     assert api.url is not None
     with processes(procs):
-        found = asyncio.run(measure(Endpoint.of(api.url), api, clients, repeats))
+        found = run_async(measure(Endpoint.of(api.url), api, clients, repeats))
     one = quantiles([v for lat, _, _ in found[1] for v in lat])
     many = quantiles([v for lat, _, _ in found[clients] for v in lat])
     cpu_one = statistics.median(c / w for _, c, w in found[1])

@@ -7,14 +7,22 @@ first stream part and first token (bench/engine.py), and a loopback HTTP round t
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from bench.client import Endpoint, request, sse
-from bench.common import Figures, env_for, met, processes, quantiles, start_stack, write_scripts
+from bench.common import (
+    Figures,
+    env_for,
+    met,
+    processes,
+    quantiles,
+    run_async,
+    start_stack,
+    write_scripts,
+)
 from bench.engine import AGENT_SCRIPT, engine
 from bench.overhead import conversations
 
@@ -81,7 +89,7 @@ def main(database_url: str, quick: bool) -> Figures:
     procs = start_stack(env, workers=1)
     assert procs[0].url is not None
     with processes(procs):
-        found = asyncio.run(measure(database_url, Endpoint.of(procs[0].url), runs, repeats))
+        found = run_async(measure(database_url, Endpoint.of(procs[0].url), runs, repeats))
     q = {k: quantiles(v) for k, v in found.items()}
     ms = 1000
     figures.add(

@@ -28,6 +28,7 @@ from bench.common import (
     met,
     postgres_cpu_seconds,
     processes,
+    run_async,
     start_stack,
     write_scripts,
 )
@@ -156,7 +157,7 @@ def main(database_url: str, quick: bool) -> Figures:
                 took = await resume(pool, parked[:resumed], 600)
             return took, await floor(database_url, resumed)
 
-        took, base = asyncio.run(scenario())
+        took, base = run_async(scenario())
     figures.add(
         f"API process + one worker process (concurrency {CONCURRENCY}), idle for {seconds:.0f} s "
         "with N runs parked in `waiting_user` (see the module docstring for how they are "

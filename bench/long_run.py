@@ -18,7 +18,16 @@ from pathlib import Path
 import psycopg
 
 from bench.client import Endpoint, request, sse
-from bench.common import Figures, env_for, met, processes, start_stack, stat_line, write_scripts
+from bench.common import (
+    Figures,
+    env_for,
+    met,
+    processes,
+    run_async,
+    start_stack,
+    stat_line,
+    write_scripts,
+)
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
 from server.db import Pool, open_pool
@@ -230,7 +239,7 @@ def main(database_url: str, quick: bool) -> Figures:
     procs = start_stack(env, workers=1)
     assert procs[0].url is not None
     with processes(procs):
-        asyncio.run(
+        run_async(
             measure(database_url, Endpoint.of(procs[0].url), events, 1 if quick else 3, figures)
         )
     return figures

@@ -24,6 +24,7 @@ from bench.common import (
     postgres_cpu_seconds,
     processes,
     quantiles,
+    run_async,
     start_stack,
     trust,
     write_scripts,
@@ -135,7 +136,7 @@ def main(database_url: str, quick: bool) -> Figures:
     procs = start_stack(env, workers=1, concurrency=32)
     assert procs[0].url is not None
     with processes(procs):
-        series = asyncio.run(measure(database_url, Endpoint.of(procs[0].url), procs, runs, repeats))
+        series = run_async(measure(database_url, Endpoint.of(procs[0].url), procs, runs, repeats))
 
     figures.add(
         "Topology: one API process (`agentrt serve --no-workers`) and one worker process "

@@ -18,6 +18,7 @@ from bench.common import (
     http,
     post_run,
     processes,
+    run_async,
     start_api,
     start_workers,
     write_scripts,
@@ -69,7 +70,7 @@ def main(database_url: str, quick: bool) -> Figures:
         for count in (1, 2, 4):
             workers = start_workers(env, count)
             with processes(workers):
-                rates = [asyncio.run(throughput(api.url, runs, 32)) for _ in range(repeats)]
+                rates = [run_async(throughput(api.url, runs, 32)) for _ in range(repeats)]
             figures.add(
                 f"| {count} | {statistics.median(rates):.1f} | "
                 f"{max(rates) - min(rates):.1f} | {repeats} x {runs} runs, 32 in flight |"
@@ -77,7 +78,7 @@ def main(database_url: str, quick: bool) -> Figures:
         figures.add("")
         times = []
         for _ in range(1 if quick else 3):
-            times.append(asyncio.run(_recover_once(api.url, env)))
+            times.append(run_async(_recover_once(api.url, env)))
         figures.add(
             f"Recovery after `kill -9` of the worker running a run (default lease "
             f"settings, 2 workers): median {statistics.median(times):.1f} s from the kill to "
