@@ -43,7 +43,7 @@ def resolve_database_url(settings: Settings) -> str:
 
 def connection_kwargs() -> dict[str, Any]:
     """Connection options shared by our code and the LangGraph checkpointer."""
-    return {"autocommit": True, "prepare_threshold": None, "row_factory": dict_row}
+    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
 
 
 @asynccontextmanager
@@ -111,7 +111,7 @@ async def migrate(pool: Pool) -> list[str]:
             if version in done:
                 continue
             async with conn.transaction():
-                await conn.execute(sql.encode())
+                await conn.execute(sql.encode(), prepare=False)  # many statements
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                     (version, name),
