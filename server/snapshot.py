@@ -37,6 +37,20 @@ def empty_snapshot(run_id: str) -> Snapshot:
     }
 
 
+def copy_snapshot(snap: Snapshot) -> Snapshot:
+    """Copy `snap` deeply enough that `apply_event` on the copy leaves `snap` unchanged.
+
+    `apply_event` only appends rows to `items` and `toolCalls`, sets keys of those rows and of
+    the snapshot, and replaces (never mutates) anything below; so the containers are copied
+    and the values (long texts, tool arguments) are shared.
+    """
+    return {
+        **snap,
+        "items": [dict(i) for i in snap["items"]],
+        "toolCalls": [dict(t) for t in snap["toolCalls"]],
+    }
+
+
 def _find(rows: list[Any], key: str, value: str) -> Any:
     for row in reversed(rows):  # the row we want is nearly always the newest
         if row[key] == value:

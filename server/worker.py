@@ -25,7 +25,7 @@ from server.eventlog import (
     RunFinishedError,
     RunHead,
     append_events,
-    load_head,
+    head_of,
 )
 from server.executor import ExecutorDeps, RunHandle, execute_run
 from server.ids import new_id
@@ -208,7 +208,7 @@ class Worker:
             if run is None:
                 return False
             generation = run["lease_generation"]
-            head = await load_head(conn, run["id"], lock=False)
+            head = head_of(run["id"], run)  # the row as the claim just locked and updated it
             if run["cancel_requested"]:
                 await append_events(
                     conn,
