@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.common import Figures, database_url_for, embedded_postgres, machine
 
 BENCHMARKS = ["workers", "overhead", "first_event", "long_run", "fanout", "idle", "db_cost"]
+FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 HEADER = (
     "# Benchmarks\n\nFigures from `make bench` (`make bench-quick` for a short run). "
@@ -32,7 +33,12 @@ def write_section(figures: Figures, stamp: str, quick: bool) -> None:
         f"## {figures.title}\n\n{stamp}{' (quick)' if quick else ''}\n",
     )
     pattern = re.compile(rf"^## {re.escape(figures.title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: body, text) if pattern.search(text) else text + "\n" + body
+    if pattern.search(text):
+        text = pattern.sub(lambda _: body, text)
+    elif FINDINGS in text:  # the hand-written findings stay last
+        text = text.replace(FINDINGS, body + "\n" + FINDINGS, 1)
+    else:
+        text = text + "\n" + body
     DOC.write_text(text)
 
 
