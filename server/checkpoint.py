@@ -83,12 +83,13 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         run_id, generation = fence
         # The base class serialises on self.lock because it may own a single connection;
         # with a pool each write has its own connection, so runs need not wait for each other.
-        # Pipelined: the fence, the checkpoint statements and the commit cost one round trip.
+        # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
+        # implicit transaction, so the fence and the writes commit (or fail) together in one
+        # round trip, and the fence's row lock is held until then.
         try:
             async with (
                 _ainternal.get_connection(self.conn) as conn,
                 conn.pipeline(),
-                conn.transaction(),
                 conn.cursor(binary=True, row_factory=dict_row) as cur,
             ):
                 await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
