@@ -277,7 +277,7 @@ class Figures:
 
     def markdown(self) -> str:
         return "\n".join(
-            [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, ""]
+            [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, "", ""]
         )
 
 
