@@ -130,9 +130,8 @@ async def sse(
             times.events += n
             if on_frames is not None and n:
                 on_frames(now, complete)
-            tail = complete[-4096:]
-            for marker in TERMINAL:
-                if marker in tail:
+            for marker in TERMINAL:  # the terminal frame can be long: it carries the output
+                if marker in complete:
                     times.terminal = marker.decode()[7:-1]
                     times.end = now
                     return times

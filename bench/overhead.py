@@ -29,9 +29,15 @@ from bench.common import (
     trust,
     write_scripts,
 )
-from bench.engine import AGENT_SCRIPT, Engine, engine
+from bench.engine import AGENT_SCRIPT, TOOL_TURN, Engine, engine
 
 CONCURRENCY = (1, 8, 32)
+# The same run with a model that streams its 20 chunks at 100/s (still faster than most
+# hosted models): what the fixed costs weigh once the model takes time.
+PACED_SCRIPT = [
+    {**TOOL_TURN, "delay_s": 0.01},
+    {"text": "word " * 20, "chunk_chars": 5, "delay_s": 0.01},
+]
 
 
 @dataclass
@@ -48,6 +54,7 @@ class Sample:
 class Series:
     floor: dict[int, list[Sample]] = field(default_factory=dict)
     ours: dict[int, list[Sample]] = field(default_factory=dict)
+    paced: tuple[list[float], list[float]] = ([], [])
 
 
 async def conversations(ep: Endpoint, count: int) -> list[str]:
@@ -98,6 +105,16 @@ async def floor_batch(eng: Engine, runs: int, concurrency: int, database_url: st
     return Sample(latencies, rate, cpu, (postgres_cpu_seconds(database_url) - pg0) / runs)
 
 
+async def paced(database_url: str, ep: Endpoint, runs: int) -> tuple[list[float], list[float]]:
+    """Latencies of the engine and of agentrt, one run at a time, with the paced model."""
+    floor, ours = [], []
+    async with engine(database_url, PACED_SCRIPT) as eng:
+        for conv in await conversations(ep, runs):
+            floor.append((await eng.run())[2])
+            ours.append(await agentrt_run(ep, conv, "scripted:paced"))
+    return floor, ours
+
+
 async def measure(
     database_url: str, ep: Endpoint, procs: list[Proc], runs: dict[int, int], repeats: int
 ) -> Series:
@@ -114,6 +131,7 @@ async def measure(
                 series.ours.setdefault(c, []).append(
                     await agentrt_batch(ep, runs[c], c, procs, database_url)
                 )
+        series.paced = await paced(database_url, ep, runs[1] // 2)
     return series
 
 
@@ -124,7 +142,7 @@ def _median(samples: list[Sample], pick: str) -> float:
 def main(database_url: str, quick: bool) -> Figures:
     figures = Figures("Runtime overhead against the engine floor", "make bench (bench/overhead.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-overhead-"))
-    scripts = write_scripts(folder, {"bench": AGENT_SCRIPT})
+    scripts = write_scripts(folder, {"bench": AGENT_SCRIPT, "paced": PACED_SCRIPT})
     env = env_for(
         database_url,
         scripted_models_file=str(scripts),
@@ -158,6 +176,12 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"| latency p95 | {qf['p95'] * 1000:.1f} ms | {qo['p95'] * 1000:.1f} ms | "
         f"{qo['p95'] / qf['p95']:.2f}x | |"
+    )
+    pf, po = quantiles(series.paced[0]), quantiles(series.paced[1])
+    figures.add(
+        f"| latency p50, model streaming at 100 chunks/s (n={len(series.paced[0])}) | "
+        f"{pf['p50'] * 1000:.1f} ms | {po['p50'] * 1000:.1f} ms | {po['p50'] / pf['p50']:.2f}x "
+        f"| (context) {met(po['p50'] / pf['p50'] <= 1.3)} |"
     )
     figures.add("")
     figures.add("| concurrency | engine runs/s | agentrt runs/s | ratio | target | repeats |")
