@@ -181,7 +181,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"| latency p50, model streaming at 100 chunks/s (n={len(series.paced[0])}) | "
         f"{pf['p50'] * 1000:.1f} ms | {po['p50'] * 1000:.1f} ms | {po['p50'] / pf['p50']:.2f}x "
-        f"| (context) {met(po['p50'] / pf['p50'] <= 1.3)} |"
+        "| context, not the target |"
     )
     figures.add("")
     figures.add("| concurrency | engine runs/s | agentrt runs/s | ratio | target | repeats |")
