@@ -134,7 +134,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures = Figures("Idle cost of waiting runs", "make bench (bench/idle.py)")
     counts = [0, 1000] if quick else [0, 1000, 5000]
     seconds = 2.0 if quick else 10.0
-    resumed = 100 if quick else 1000
+    resumed = 50 if quick else 1000
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-idle-"))
     env = env_for(
         database_url,

@@ -131,7 +131,7 @@ async def measure(
                 series.ours.setdefault(c, []).append(
                     await agentrt_batch(ep, runs[c], c, procs, database_url)
                 )
-        series.paced = await paced(database_url, ep, runs[1] // 2)
+        series.paced = await paced(database_url, ep, 5 if runs[1] < 60 else runs[1] // 2)
     return series
 
 
@@ -149,7 +149,7 @@ def main(database_url: str, quick: bool) -> Figures:
         user_max_active_runs=64,
         tenant_max_active_runs=128,
     )
-    runs = {1: 20, 8: 48, 32: 96} if quick else {1: 60, 8: 160, 32: 320}
+    runs = {1: 20, 8: 40, 32: 64} if quick else {1: 60, 8: 160, 32: 320}
     repeats = 1 if quick else 3
     procs = start_stack(env, workers=1, concurrency=32)
     assert procs[0].url is not None
