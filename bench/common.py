@@ -14,14 +14,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,6 +87,11 @@ class Proc:
 
     popen: subprocess.Popen[bytes]
     url: str | None = None
+    log: Path | None = None
+
+    def tail(self) -> str:
+        """The end of the process's output, when it was captured."""
+        return self.log.read_text(errors="replace")[-2000:] if self.log else ""
 
     def kill(self, signum: int = signal.SIGKILL) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -102,31 +111,39 @@ class Proc:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def rss_mib(self) -> float:
+        """Resident memory of the process (Linux /proc)."""
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
 
-def start_api(env: dict[str, str], *, workers: bool = False) -> Proc:
-    """Start `agentrt serve` on a free port; wait until it answers /readyz."""
+
+def _spawn_api(env: dict[str, str], workers: bool) -> Proc:
     port = free_port()
     args = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
     if not workers:
         args.append("--no-workers")
-    popen = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
+    fd, log = tempfile.mkstemp(prefix="agentrt-bench-api-", suffix=".log")
+    with os.fdopen(fd, "wb") as out:
+        popen = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return Proc(popen, f"http://127.0.0.1:{port}", Path(log))
+
+
+def _await_api(proc: Proc, limit_s: float = 60) -> Proc:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return Proc(popen, url)
-        if popen.poll() is not None:
-            raise RuntimeError("the API server exited at start")
-        import time
-
+            if httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200:
+                return proc
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"the API server exited at start:\n{proc.tail()}")
         time.sleep(0.05)
-    raise TimeoutError("the API server did not become ready")
+    proc.kill()
+    raise TimeoutError(f"the API server did not become ready:\n{proc.tail()}")
 
 
-def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
-    """Start `agentrt worker`; wait until it says it is ready."""
+def _spawn_worker(env: dict[str, str], concurrency: int) -> Proc:
     popen = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "worker", "--concurrency", str(concurrency)],
         cwd=ROOT,
@@ -134,11 +151,86 @@ def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    assert popen.stdout is not None
-    for raw in popen.stdout:
-        if raw.decode().strip().endswith("ready"):
-            return Proc(popen)
-    raise RuntimeError("the worker exited at start")
+    return Proc(popen)
+
+
+def _await_worker(proc: Proc, limit_s: float = 60) -> Proc:
+    stdout = proc.popen.stdout
+    assert stdout is not None
+    ready = threading.Event()
+
+    def read() -> None:
+        # Reads on after "ready", so that the worker never blocks on a full pipe.
+        for raw in stdout:
+            if raw.decode().strip().endswith("ready"):
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(limit_s):
+        proc.kill()
+        raise RuntimeError("the worker did not become ready (or exited at start)")
+    return proc
+
+
+def start_api(env: dict[str, str], *, workers: bool = False) -> Proc:
+    """Start `agentrt serve` on a free port; wait until it answers /readyz."""
+    return _await_api(_spawn_api(env, workers))
+
+
+def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
+    """Start `agentrt worker`; wait until it says it is ready."""
+    return _await_worker(_spawn_worker(env, concurrency))
+
+
+def start_workers(env: dict[str, str], count: int, concurrency: int = 16) -> list[Proc]:
+    """Start `count` worker processes side by side; wait until all are ready."""
+    spawned = [_spawn_worker(env, concurrency) for _ in range(count)]
+    try:
+        return [_await_worker(w) for w in spawned]
+    except BaseException:
+        for p in spawned:
+            p.kill()
+        raise
+
+
+def start_stack(env: dict[str, str], workers: int = 1, concurrency: int = 16) -> list[Proc]:
+    """Start an API process and `workers` worker processes side by side; API first in the list."""
+    api = _spawn_api(env, False)
+    spawned = [_spawn_worker(env, concurrency) for _ in range(workers)]
+    try:
+        return [_await_api(api), *(_await_worker(w) for w in spawned)]
+    except BaseException:
+        for p in [api, *spawned]:
+            p.kill()
+        raise
+
+
+def postgres_cpu_seconds(database_url: str) -> float:
+    """CPU time used so far by the embedded Postgres: postmaster, reaped and live backends."""
+    folder = Path(parse_qs(urlsplit(database_url).query)["host"][0])
+    root = int((folder / "postmaster.pid").read_text().split()[0])
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if pid == root:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        elif ppid == root:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def database_url_for(database_url: str, name: str) -> str:
+    """Create database `name` on the same server (dropping an old one); return its URL."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(database_url)
+    return parts._replace(path=f"/{name}").geturl()
 
 
 @contextlib.contextmanager
@@ -185,7 +277,7 @@ class Figures:
 
     def markdown(self) -> str:
         return "\n".join(
-            [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, ""]
+            [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, "", ""]
         )
 
 
@@ -206,6 +298,30 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def stat_line(values: Sequence[float], unit: str = "ms", scale: float = 1000) -> str:
+    """`p50 X, p95 Y, spread Z (n)` of `values` scaled to `unit`."""
+    q = quantiles(values)
+    return (
+        f"p50 {q['p50'] * scale:.1f} {unit}, p95 {q['p95'] * scale:.1f} {unit}, "
+        f"spread {q['spread'] * scale:.1f} {unit} (n={len(values)})"
+    )
+
+
+def trust(values: Sequence[float], limit: float = 0.25) -> str:
+    """Say whether repeats agree: the spread (max - min) against the median."""
+    if len(values) < 2:
+        return "one repeat: no spread"
+    median = statistics.median(values)
+    rel = (max(values) - min(values)) / median if median else 0.0
+    verdict = "too wide to trust" if rel > limit else "ok"
+    return f"spread {rel:.0%} of the median over {len(values)} repeats: {verdict}"
+
+
+def met(ok: bool) -> str:
+    """The word for a target's outcome."""
+    return "**met**" if ok else "**missed**"
+
+
 @contextlib.asynccontextmanager
 async def http(url: str) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client for the benchmark's server."""
@@ -216,11 +332,11 @@ async def http(url: str) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def run_async(coro: Any) -> Any:
+def run_async(coro: Any, limit_s: float = 900) -> Any:
     """Run a coroutine with a hard ceiling so that no benchmark hangs."""
 
     async def bounded() -> Any:
-        async with asyncio.timeout(900):
+        async with asyncio.timeout(limit_s):
             return await coro
 
     return asyncio.run(bounded())

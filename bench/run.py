@@ -10,12 +10,14 @@ import argparse
 import importlib
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import Figures, embedded_postgres, machine
+from bench.common import Figures, database_url_for, embedded_postgres, machine
 
-BENCHMARKS = ["workers"]
+BENCHMARKS = ["workers", "overhead", "first_event", "long_run", "fanout", "idle", "db_cost"]
+FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 HEADER = (
     "# Benchmarks\n\nFigures from `make bench` (`make bench-quick` for a short run). "
@@ -31,7 +33,12 @@ def write_section(figures: Figures, stamp: str, quick: bool) -> None:
         f"## {figures.title}\n\n{stamp}{' (quick)' if quick else ''}\n",
     )
     pattern = re.compile(rf"^## {re.escape(figures.title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: body, text) if pattern.search(text) else text + "\n" + body
+    if pattern.search(text):
+        text = pattern.sub(lambda _: body, text)
+    elif FINDINGS in text:  # the hand-written findings stay last
+        text = text.replace(FINDINGS, body + "\n" + FINDINGS, 1)
+    else:
+        text = text + "\n" + body
     DOC.write_text(text)
 
 
@@ -42,11 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {machine()}"
     print(stamp, flush=True)
-    for name in args.only:
-        module = importlib.import_module(f"bench.{name}")
-        with embedded_postgres() as url:
-            figures = module.main(url, args.quick)
-        write_section(figures, stamp, args.quick)
+    started = time.monotonic()
+    # One Postgres server for the whole run, a fresh database for each benchmark.
+    with embedded_postgres() as server_url:
+        for name in args.only:
+            began = time.monotonic()
+            print(f"\n== {name}", flush=True)
+            module = importlib.import_module(f"bench.{name}")
+            figures = module.main(database_url_for(server_url, f"bench_{name}"), args.quick)
+            write_section(figures, stamp, args.quick)
+            print(f"({name}: {time.monotonic() - began:.0f} s)", flush=True)
+    print(f"\nall benchmarks: {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 

@@ -11,17 +11,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.client import Endpoint
 from bench.common import (
     Figures,
     env_for,
-    follow_to_end,
     http,
     post_run,
     processes,
+    run_async,
     start_api,
-    start_worker,
+    start_workers,
     write_scripts,
 )
+from bench.overhead import agentrt_run, conversations
 
 TOOL_TURN = {"text": "", "tool_calls": [{"name": "calculator", "args": {"expression": "6*7"}}]}
 ANSWER = {"text": "word " * 20, "chunk_chars": 5}
@@ -33,35 +35,42 @@ SCRIPTS = {
 
 async def throughput(url: str, runs: int, concurrency: int) -> float:
     """Post `runs` runs, `concurrency` at a time, each followed to its end; return runs/s."""
-    async with http(url) as client:
-        gate = asyncio.Semaphore(concurrency)
+    ep = Endpoint.of(url)
+    convs = await conversations(ep, runs)
+    gate = asyncio.Semaphore(concurrency)
 
-        async def one() -> None:
-            async with gate:
-                run_id = await post_run(client, "scripted:bench")
-                assert await follow_to_end(client, run_id) == "run.completed"
+    async def one(conv: str) -> None:
+        async with gate:
+            await agentrt_run(ep, conv)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(runs)))
-        return runs / (time.perf_counter() - started)
+    started = time.perf_counter()
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(one(c) for c in convs))
+    return runs / (time.perf_counter() - started)
 
 
 def main(database_url: str, quick: bool) -> Figures:
     figures = Figures("Worker processes: throughput and recovery", "make bench (bench/workers.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-workers-"))
     scripts = write_scripts(folder, SCRIPTS)
-    env = env_for(database_url, scripted_models_file=str(scripts))
-    runs = 60 if quick else 200
+    # One user posts all runs: lift the per-user limit (8) so that 32 can be in flight.
+    env = env_for(
+        database_url,
+        scripted_models_file=str(scripts),
+        user_max_active_runs=64,
+        tenant_max_active_runs=128,
+    )
+    runs = 40 if quick else 200
     repeats = 1 if quick else 3
     api = start_api(env)
     assert api.url is not None
     with processes([api]):
         figures.add("| worker processes | runs/s (median) | spread | repeats |")
         figures.add("|---|---|---|---|")
-        for count in (1, 2, 4):
-            workers = [start_worker(env) for _ in range(count)]
+        for count in (1, 2) if quick else (1, 2, 4):
+            workers = start_workers(env, count)
             with processes(workers):
-                rates = [asyncio.run(throughput(api.url, runs, 32)) for _ in range(repeats)]
+                rates = [run_async(throughput(api.url, runs, 32)) for _ in range(repeats)]
             figures.add(
                 f"| {count} | {statistics.median(rates):.1f} | "
                 f"{max(rates) - min(rates):.1f} | {repeats} x {runs} runs, 32 in flight |"
@@ -69,7 +78,7 @@ def main(database_url: str, quick: bool) -> Figures:
         figures.add("")
         times = []
         for _ in range(1 if quick else 3):
-            times.append(asyncio.run(_recover_once(api.url, env)))
+            times.append(run_async(_recover_once(api.url, env)))
         figures.add(
             f"Recovery after `kill -9` of the worker running a run (default lease "
             f"settings, 2 workers): median {statistics.median(times):.1f} s from the kill to "
@@ -80,7 +89,7 @@ def main(database_url: str, quick: bool) -> Figures:
 
 
 async def _recover_once(url: str, env: dict[str, str]) -> float:
-    workers = [start_worker(env, 4) for _ in range(2)]
+    workers = start_workers(env, 2, 4)
     with processes(workers):
         async with http(url) as client:
             run_id = await post_run(client, "scripted:long")

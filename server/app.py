@@ -21,6 +21,7 @@ from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
 from server.settings import Settings
+from server.sse import Feeds
 from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
 from server.tooling import ToolConfigError
 from tools.builtin import builtin_tools, load_tool_modules
@@ -167,6 +168,7 @@ def create_app(
             app.state.runtime = runtime
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
             app.state.worker, app.state.graph = runtime.worker, runtime.graph
+            app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep)
             yield
 
     app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)

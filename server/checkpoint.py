@@ -2,8 +2,9 @@
 
 A worker whose lease was taken over must not write a checkpoint that wins. Every checkpoint
 write of a run executes in one transaction that first takes a share lock on the run's row and
-checks the lease generation the worker holds. A takeover (which updates that row) therefore
-either waits for the write to commit, or commits first and makes the write fail.
+checks the lease generation the worker holds (`agentrt_fence()`, migration 0006). A takeover
+(which updates that row) therefore either waits for the write to commit, or commits first and
+makes the write fail.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres import _ainternal
@@ -24,6 +26,7 @@ from server.eventlog import LeaseLostError
 
 FENCE_RUN = "agentrt_run_id"
 FENCE_GENERATION = "agentrt_lease_generation"
+FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
 _fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "agentrt_fence", default=None
 )
@@ -80,17 +83,20 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         run_id, generation = fence
         # The base class serialises on self.lock because it may own a single connection;
         # with a pool each write has its own connection, so runs need not wait for each other.
-        async with (
-            _ainternal.get_connection(self.conn) as conn,
-            conn.transaction(),
-            conn.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
-            await cur.execute(
-                "SELECT lease_generation FROM runs WHERE id = %s FOR SHARE", (run_id,)
-            )
-            row = await cur.fetchone()
-            if row is None or row["lease_generation"] != generation:
+        # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
+        # implicit transaction, so the fence and the writes commit (or fail) together in one
+        # round trip, and the fence's row lock is held until then.
+        try:
+            async with (
+                _ainternal.get_connection(self.conn) as conn,
+                conn.pipeline(),
+                conn.cursor(binary=True, row_factory=dict_row) as cur,
+            ):
+                await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
+                yield cur
+        except psycopg.Error as exc:
+            if exc.sqlstate == FENCE_SQLSTATE:
                 raise LeaseLostError(
                     f"run {run_id}: checkpoint refused, lease generation {generation} superseded"
-                )
-            yield cur
+                ) from exc
+            raise

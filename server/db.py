@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -42,7 +43,7 @@ def resolve_database_url(settings: Settings) -> str:
 
 def connection_kwargs() -> dict[str, Any]:
     """Connection options shared by our code and the LangGraph checkpointer."""
-    return {"autocommit": True, "prepare_threshold": None, "row_factory": dict_row}
+    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
 
 
 @asynccontextmanager
@@ -75,9 +76,20 @@ def _migration_files() -> list[tuple[int, str, str]]:
 
 @asynccontextmanager
 async def migration_lock(pool: Pool) -> AsyncIterator[AsyncConnection[dict[str, Any]]]:
-    """Hold the migration advisory lock, so concurrent start-ups (API, workers) are safe."""
+    """Hold the migration advisory lock, so concurrent start-ups (API, workers) are safe.
+
+    Waits by polling `pg_try_advisory_lock`, not by blocking in `pg_advisory_lock`: a session
+    blocked in a statement holds a snapshot, and the checkpointer's `CREATE INDEX
+    CONCURRENTLY` (run by the lock holder) waits for every such snapshot, a deadlock
+    Postgres does not detect (docs/decisions/0601-startup-lock-polling.md).
+    """
     async with pool.connection() as conn:
-        await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        while True:
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (_MIGRATION_LOCK,))
+            row = await cur.fetchone()
+            if row is not None and row["got"]:
+                break
+            await asyncio.sleep(0.05)
         try:
             yield conn
         finally:
@@ -99,7 +111,7 @@ async def migrate(pool: Pool) -> list[str]:
             if version in done:
                 continue
             async with conn.transaction():
-                await conn.execute(sql.encode())
+                await conn.execute(sql.encode(), prepare=False)  # many statements
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                     (version, name),

@@ -168,12 +168,13 @@ async def execute_run(
             "message.item.completed",
             {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
         )
+    recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     info = RunInfo(run["id"], run["conversation_id"], run["tenant_id"], head.attempt)
     token = run_context.set({"run_id": run["id"], "tenant_id": run["tenant_id"]})
     try:
         with deps.tracing.attempt(info) as span:
             handler = TraceCallbackHandler(deps.tracing, info, span)
-            outcome = await _attempt(deps, run, projector, handle, [handler], writer.emit)
+            outcome = await _attempt(deps, run, projector, handle, [handler], emit, recorded)
             handler.close_all(f"attempt ended: {outcome.kind}")
             if outcome.kind == "failed":
                 span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
@@ -192,11 +193,12 @@ async def _attempt(
     handle: RunHandle,
     callbacks: list[Any],
     emit: Any,
+    recorded: set[str],
 ) -> Outcome:
     deadline = asyncio.timeout(_seconds_left(run.get("deadline_at")))
     try:
         async with deadline:
-            interrupts = await _drive(deps, run, projector, handle, callbacks, emit)
+            interrupts = await _drive(deps, run, projector, handle, callbacks, emit, recorded)
     except asyncio.CancelledError:
         if handle.stop_reason == "cancel":
             projector.close_open_items("interrupted", "run cancelled")
@@ -266,6 +268,7 @@ async def _drive(
     handle: RunHandle,
     callbacks: list[Any],
     emit: Any,
+    recorded: set[str],
 ) -> Sequence[Interrupt]:
     """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
     run_id = run["id"]
@@ -303,13 +306,18 @@ async def _drive(
     graph_input: dict[str, Any] | Command[Any] | None
     if state.values.get("run_id") == run_id:
         graph_input = None  # resume this run from its last checkpoint
+        projector.replay_missing(
+            state.values.get("messages", []), run["input_message_id"], recorded
+        )
         if state.interrupts:
             graph_input = await resume_command(deps.pool, run_id, state.interrupts)
             if graph_input is None:  # decisions still missing: ask (again) and wait
                 return state.interrupts
     else:
-        async with deps.pool.connection() as conn:
-            content = await _load_input(conn, run["input_message_id"])
+        content = run.get("input_content")
+        if content is None:
+            async with deps.pool.connection() as conn:
+                content = await _load_input(conn, run["input_message_id"])
         graph_input = {
             "messages": [
                 *close_unanswered_calls(state.values.get("messages", [])),

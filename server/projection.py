@@ -48,6 +48,28 @@ class StreamProjector:
                 self.supersede_items(superseded, kind)
             self._emit(kind, data)
 
+    def replay_missing(
+        self, messages: list[BaseMessage], since_id: str, recorded: set[str]
+    ) -> None:
+        """Emit the run's model answers that its checkpoints hold but its log lacks.
+
+        A worker can die after a step's checkpoint was written but before that step's events
+        were; the resumed attempt re-emits those answers (under new item ids, since the log
+        may hold the old ones as superseded) so the run's output is complete.
+        """
+        seen_input = False
+        for message in messages:
+            if message.id == since_id:
+                seen_input = True
+            elif (
+                seen_input
+                and isinstance(message, AIMessage)
+                and message.text
+                and message.id not in recorded
+            ):
+                replayed = message.model_copy(update={"id": f"{message.id}~replayed"})
+                self._complete(replayed, "call_model")
+
     def close_open_items(self, status: str, reason: str) -> None:
         """Close every item still streaming with `status`.
 

@@ -137,6 +137,8 @@ class Settings(BaseSettings):
 
     sse_heartbeat_s: float = 15.0
     sse_replay_page: int = 5000
+    # Frames of each live run kept in memory for its streams (server/sse.py RunFeed).
+    sse_feed_keep: int = 10_000
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:

@@ -38,11 +38,32 @@ def empty_snapshot(run_id: str) -> Snapshot:
     }
 
 
+def copy_snapshot(snap: Snapshot) -> Snapshot:
+    """Copy `snap` deeply enough that `apply_event` on the copy leaves `snap` unchanged.
+
+    `apply_event` only appends rows to `items`, `toolCalls` and `approvals`, sets keys of those
+    rows and of the snapshot, and replaces (never mutates) anything below; so the containers
+    are copied and the values (long texts, tool arguments) are shared.
+    """
+    copy = {
+        **snap,
+        "items": [dict(i) for i in snap["items"]],
+        "toolCalls": [dict(t) for t in snap["toolCalls"]],
+    }
+    if "approvals" in snap:
+        copy["approvals"] = [dict(a) for a in snap["approvals"]]
+    return copy
+
+
 def _find(rows: list[Any], key: str, value: str) -> Any:
     for row in reversed(rows):  # the row we want is nearly always the newest
         if row[key] == value:
             return row
     return None
+
+
+_TOOL_EVENTS = frozenset({"tool.started", "tool.completed", "tool.failed"})
+_MOVES_STATUS = frozenset(_STATUS_BY_EVENT) | _TOOL_EVENTS | {"approval.resolved"}
 
 
 def _next_status(snap: Snapshot, kind: str) -> RunStatus:
@@ -52,10 +73,10 @@ def _next_status(snap: Snapshot, kind: str) -> RunStatus:
     if kind == "approval.resolved":
         waiting = any(a["status"] == "pending" for a in snap.get("approvals", []))
         return RunStatus.QUEUED if current == RunStatus.WAITING_USER and not waiting else current
-    tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
     if kind == "tool.started" and current == RunStatus.RUNNING:
         return RunStatus.WAITING_TOOL
     if kind in ("tool.completed", "tool.failed") and current == RunStatus.WAITING_TOOL:
+        tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
         return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
     return current
 

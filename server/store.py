@@ -9,7 +9,14 @@ from psycopg.types.json import Jsonb
 
 from server.auth import Principal
 from server.db import Pool
-from server.eventlog import Conn, NewEvent, RunFinishedError, RunNotFoundError, append_events
+from server.eventlog import (
+    Conn,
+    NewEvent,
+    RunFinishedError,
+    RunNotFoundError,
+    append_events,
+    new_head,
+)
 from server.ids import new_id
 from server.notify import CANCEL_CHANNEL
 from server.runs import RunStatus
@@ -209,7 +216,8 @@ async def create_run(
         await append_events(
             conn,
             run_id,
-            [
+            head=new_head(run_id),
+            events=[
                 NewEvent(
                     "run.created",
                     {

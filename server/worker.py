@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -25,7 +26,7 @@ from server.eventlog import (
     RunFinishedError,
     RunHead,
     append_events,
-    load_head,
+    head_of,
 )
 from server.executor import ExecutorDeps, RunHandle, execute_run
 from server.ids import new_id
@@ -72,7 +73,8 @@ UPDATE runs SET
     attempt = runs.attempt + 1,
     updated_at = now()
 FROM next WHERE runs.id = next.id
-RETURNING runs.*
+RETURNING runs.*,
+    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
 """
 
 _HEARTBEAT = """
@@ -181,13 +183,18 @@ class Worker:
         self._stop_run(run_id, "cancel")
 
     async def _claim_loop(self) -> None:
+        reaped_at = 0.0
         while self._claiming:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._settings.worker_poll_seconds)
             self._wake.clear()
             try:
-                await self.reap_expired()
-                await expire_due(self.deps.pool)
+                # Leases and approvals expire without a notification, so reaping goes by the
+                # poll interval; a wake-up for new work need not pay for it.
+                if time.monotonic() - reaped_at >= self._settings.worker_poll_seconds:
+                    reaped_at = time.monotonic()
+                    await self.reap_expired()
+                    await expire_due(self.deps.pool)
                 while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
                     if not await self.claim_one():
                         break
@@ -204,7 +211,7 @@ class Worker:
             if run is None:
                 return False
             generation = run["lease_generation"]
-            head = await load_head(conn, run["id"], lock=False)
+            head = head_of(run["id"], run)  # the row as the claim just locked and updated it
             if run["cancel_requested"]:
                 await append_events(
                     conn,

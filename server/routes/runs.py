@@ -73,6 +73,7 @@ async def get_events(
     stream = event_stream(
         request.app.state.pool,
         request.app.state.notifier,
+        request.app.state.feeds,
         run_id,
         cursor,
         heartbeat_s=settings.sse_heartbeat_s,

@@ -93,14 +93,15 @@ async def test_superseded_lease_cannot_write(pool: Pool) -> None:
     assert "message.item.delta" not in kinds
 
 
-async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool) -> None:
+@pytest.mark.parametrize("words", [4, 500], ids=["small-batches", "a-burst-stored-by-copy"])
+async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool, words: int) -> None:
     run_id = await new_run(pool)
     generation = await claim(pool, run_id)
     async with pool.connection() as conn:
         head = await load_head(conn, run_id, lock=False)
     writer = EventWriter(pool, head)
     writer.emit("message.item.created", {"itemId": "a"})
-    for word in ("to ", "be ", "or ", "not"):
+    for word in ("to ", "be ", "or ", "not")[:words] + ("la ",) * (words - 4):
         writer.emit("message.item.delta", {"itemId": "a", "delta": word})
     writer.emit("tool.started", {"toolCallId": "c1", "name": "calculator", "args": {}})
     writer.emit("tool.completed", {"toolCallId": "c1", "name": "calculator", "durationMs": 2})
@@ -117,6 +118,8 @@ async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool) -> None:
         apply_event(folded, seq, kind, json.loads(payload)["data"])
     assert stored.snapshot == folded
     assert stored.status == "completed"
+    assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+    assert len(events) == words + 7
 
 
 async def test_an_illegal_event_stores_nothing(pool: Pool) -> None:

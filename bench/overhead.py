@@ -1,0 +1,214 @@
+"""Runtime overhead: agentrt against the engine floor, per-run latency, runs/s and CPU per run.
+
+The same graph (one calculator call, then a 20-chunk streamed answer; scripted model with zero
+latency) runs (a) in this process on LangGraph's `AsyncPostgresSaver` (bench/engine.py) and
+(b) through agentrt: POST a message -> queue -> worker process -> event log -> SSE client
+sees `run.completed`. Both run back to back in every repeat, on the same Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.client import Endpoint, request, sse
+from bench.common import (
+    Figures,
+    Proc,
+    env_for,
+    met,
+    postgres_cpu_seconds,
+    processes,
+    quantiles,
+    run_async,
+    start_stack,
+    trust,
+    write_scripts,
+)
+from bench.engine import AGENT_SCRIPT, TOOL_TURN, Engine, engine
+
+CONCURRENCY = (1, 8, 32)
+# The same run with a model that streams its 20 chunks at 100/s (still faster than most
+# hosted models): what the fixed costs weigh once the model takes time.
+PACED_SCRIPT = [
+    {**TOOL_TURN, "delay_s": 0.01},
+    {"text": "word " * 20, "chunk_chars": 5, "delay_s": 0.01},
+]
+
+
+@dataclass
+class Sample:
+    """One measured batch: latencies, runs/s, CPU seconds per run (ours, Postgres)."""
+
+    latencies: list[float]
+    rate: float
+    cpu: float
+    pg_cpu: float
+
+
+@dataclass
+class Series:
+    floor: dict[int, list[Sample]] = field(default_factory=dict)
+    ours: dict[int, list[Sample]] = field(default_factory=dict)
+    paced: tuple[list[float], list[float]] = ([], [])
+
+
+async def conversations(ep: Endpoint, count: int) -> list[str]:
+    """Create `count` conversations (outside any timing)."""
+    return [
+        (await request(ep, "POST", "/api/conversations", {}))["conversationId"]
+        for _ in range(count)
+    ]
+
+
+async def agentrt_run(ep: Endpoint, conversation: str, model: str = "scripted:bench") -> float:
+    """POST a message and read its stream to `run.completed`; return the seconds taken."""
+    started = time.perf_counter()
+    run = await request(
+        ep, "POST", f"/api/conversations/{conversation}/messages", {"content": "go", "model": model}
+    )
+    times = await sse(ep, f"/api/runs/{run['runId']}/events")
+    if times.terminal != "run.completed":
+        raise RuntimeError(f"run {run['runId']} ended {times.terminal or 'without an end'}")
+    return float(times.end - started)
+
+
+async def agentrt_batch(
+    ep: Endpoint, runs: int, concurrency: int, procs: list[Proc], database_url: str
+) -> Sample:
+    convs = await conversations(ep, runs)
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+
+    async def one(conv: str) -> None:
+        async with gate:
+            latencies.append(await agentrt_run(ep, conv))
+
+    cpu0 = sum(p.cpu_seconds() for p in procs)
+    pg0 = postgres_cpu_seconds(database_url)
+    started = time.perf_counter()
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(one(c) for c in convs))
+    rate = runs / (time.perf_counter() - started)
+    cpu = (sum(p.cpu_seconds() for p in procs) - cpu0) / runs
+    return Sample(latencies, rate, cpu, (postgres_cpu_seconds(database_url) - pg0) / runs)
+
+
+async def floor_batch(eng: Engine, runs: int, concurrency: int, database_url: str) -> Sample:
+    cpu0, pg0 = time.process_time(), postgres_cpu_seconds(database_url)
+    latencies, rate = await eng.throughput(runs, concurrency)
+    cpu = (time.process_time() - cpu0) / runs
+    return Sample(latencies, rate, cpu, (postgres_cpu_seconds(database_url) - pg0) / runs)
+
+
+async def paced(database_url: str, ep: Endpoint, runs: int) -> tuple[list[float], list[float]]:
+    """Latencies of the engine and of agentrt, one run at a time, with the paced model."""
+    floor, ours = [], []
+    async with engine(database_url, PACED_SCRIPT) as eng:
+        for conv in await conversations(ep, runs):
+            floor.append((await eng.run())[2])
+            ours.append(await agentrt_run(ep, conv, "scripted:paced"))
+    return floor, ours
+
+
+async def measure(
+    database_url: str, ep: Endpoint, procs: list[Proc], runs: dict[int, int], repeats: int
+) -> Series:
+    series = Series()
+    async with engine(database_url) as eng:
+        await eng.throughput(10, 2)  # warm up both paths: imports, pools, caches
+        for conv in await conversations(ep, 10):
+            await agentrt_run(ep, conv)
+        for _ in range(repeats):
+            for c in CONCURRENCY:
+                series.floor.setdefault(c, []).append(
+                    await floor_batch(eng, runs[c], c, database_url)
+                )
+                series.ours.setdefault(c, []).append(
+                    await agentrt_batch(ep, runs[c], c, procs, database_url)
+                )
+        series.paced = await paced(database_url, ep, 5 if runs[1] < 60 else runs[1] // 2)
+    return series
+
+
+def _median(samples: list[Sample], pick: str) -> float:
+    return statistics.median(getattr(s, pick) for s in samples)
+
+
+def main(database_url: str, quick: bool) -> Figures:
+    figures = Figures("Runtime overhead against the engine floor", "make bench (bench/overhead.py)")
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-overhead-"))
+    scripts = write_scripts(folder, {"bench": AGENT_SCRIPT, "paced": PACED_SCRIPT})
+    env = env_for(
+        database_url,
+        scripted_models_file=str(scripts),
+        user_max_active_runs=64,
+        tenant_max_active_runs=128,
+    )
+    runs = {1: 20, 8: 40, 32: 64} if quick else {1: 60, 8: 160, 32: 320}
+    repeats = 1 if quick else 3
+    procs = start_stack(env, workers=1, concurrency=32)
+    assert procs[0].url is not None
+    with processes(procs):
+        series = run_async(measure(database_url, Endpoint.of(procs[0].url), procs, runs, repeats))
+
+    figures.add(
+        "Topology: one API process (`agentrt serve --no-workers`) and one worker process "
+        "(concurrency 32), against the engine in one process; both on the same embedded "
+        f"Postgres, pool of 20 connections each. {repeats} repeat(s), engine and agentrt back "
+        "to back in each; figures are medians over the repeats."
+    )
+    figures.add("")
+    floor1 = [x for s in series.floor[1] for x in s.latencies]
+    ours1 = [x for s in series.ours[1] for x in s.latencies]
+    qf, qo = quantiles(floor1), quantiles(ours1)
+    ratio1 = qo["p50"] / qf["p50"]
+    figures.add("| concurrency 1 | engine floor | agentrt | ratio | target |")
+    figures.add("|---|---|---|---|---|")
+    figures.add(
+        f"| latency p50 | {qf['p50'] * 1000:.1f} ms | {qo['p50'] * 1000:.1f} ms | "
+        f"{ratio1:.2f}x | ≤ 1.3x {met(ratio1 <= 1.3)} |"
+    )
+    figures.add(
+        f"| latency p95 | {qf['p95'] * 1000:.1f} ms | {qo['p95'] * 1000:.1f} ms | "
+        f"{qo['p95'] / qf['p95']:.2f}x | |"
+    )
+    pf, po = quantiles(series.paced[0]), quantiles(series.paced[1])
+    figures.add(
+        f"| latency p50, model streaming at 100 chunks/s (n={len(series.paced[0])}) | "
+        f"{pf['p50'] * 1000:.1f} ms | {po['p50'] * 1000:.1f} ms | {po['p50'] / pf['p50']:.2f}x "
+        "| context, not the target |"
+    )
+    figures.add("")
+    figures.add("| concurrency | engine runs/s | agentrt runs/s | ratio | target | repeats |")
+    figures.add("|---|---|---|---|---|---|")
+    for c in CONCURRENCY[1:]:
+        f_rate, o_rate = _median(series.floor[c], "rate"), _median(series.ours[c], "rate")
+        ratios = [o.rate / f.rate for f, o in zip(series.floor[c], series.ours[c], strict=True)]
+        figures.add(
+            f"| {c} | {f_rate:.1f} | {o_rate:.1f} | {statistics.median(ratios):.2f}x | "
+            f"≥ 0.8x {met(statistics.median(ratios) >= 0.8)} | {trust(ratios)} |"
+        )
+    figures.add("")
+    figures.add(
+        "| concurrency | engine CPU/run | agentrt CPU/run (API + worker) | difference | "
+        "target | Postgres CPU/run engine → agentrt |"
+    )
+    figures.add("|---|---|---|---|---|---|")
+    for c in CONCURRENCY:
+        f_cpu, o_cpu = _median(series.floor[c], "cpu"), _median(series.ours[c], "cpu")
+        f_pg, o_pg = _median(series.floor[c], "pg_cpu"), _median(series.ours[c], "pg_cpu")
+        extra = (o_cpu - f_cpu) * 1000
+        figures.add(
+            f"| {c} | {f_cpu * 1000:.1f} ms | {o_cpu * 1000:.1f} ms | +{extra:.1f} ms "
+            f"({o_cpu / f_cpu:.2f}x) | ≤ +10 ms {met(extra <= 10)} | "
+            f"{f_pg * 1000:.1f} → {o_pg * 1000:.1f} ms |"
+        )
+    rates = [s.rate for s in series.ours[32]]
+    figures.add("")
+    figures.add(f"agentrt runs/s at concurrency 32 across repeats: {trust(rates)}.")
+    return figures
