@@ -116,7 +116,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"WAL written per run: engine {floor_wal / 1024:.1f} KiB, agentrt {ours_wal / 1024:.1f} "
         f"KiB: **{ours_wal / floor_wal:.2f}x**. No target was set; the log and the snapshot "
-        "(rewritten with each event batch) are what agentrt adds. Ledgers: none yet (usage "
-        "ledger: issue 3, tool ledger: issue 4); their tables will show up here."
+        "(rewritten with each event batch), the trace and the two ledgers are what agentrt "
+        "adds."
     )
     return figures

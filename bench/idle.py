@@ -1,15 +1,14 @@
 """Idle cost: many runs parked in `waiting_user`; memory and CPU while they wait; resume time.
 
-Approvals (issue 4) are not merged yet, so the runs are parked the way the approval node
-will park them, by storing `run.started` then `approval.required` (the lease is released
-with the move to `waiting_user`). What is measured holds for any parked run: workers hold no
-slot and no memory for it, and the API and worker idle loops do not grow with the count.
-"Resume" here re-queues every parked run (`run.requeued`, which an approval will replace
-with `approval.approved`) and times until all have completed; the baseline is the engine
-floor running the same number of runs at the same concurrency.
-
-Re-measure once approvals land: park the runs through a real `approval.required` from a
-high-risk tool, and resume them with the approval endpoint, from their checkpoints.
+The runs are parked the way the approval node parks them, by storing `run.started` then
+`approval.required` (the lease is released with the move to `waiting_user`); parking
+thousands through real model turns would make the benchmark take minutes. What is measured
+holds for any parked run: workers hold no slot and no memory for it, and the API and worker
+idle loops do not grow with the count.
+"Resume" here re-queues every parked run (`run.requeued`, the status change a decision
+makes) and times until all have completed; the baseline is the engine floor running the
+same number of runs at the same concurrency. Not yet measured: resuming through the
+approval endpoint from a real interrupt checkpoint.
 """
 
 from __future__ import annotations
@@ -68,7 +67,15 @@ async def park(pool: Pool, count: int) -> list[str]:
                 [
                     NewEvent("run.created", {"conversationId": conv}),
                     NewEvent("run.started", {"attempt": 0, "worker": "bench"}),
-                    NewEvent("approval.required", {"tool": "send_email"}),
+                    NewEvent(
+                        "approval.required",
+                        {
+                            "approvalId": new_id("apr"),
+                            "toolCallId": "call_1",
+                            "name": "send_email",
+                            "risk": "high",
+                        },
+                    ),
                 ],
             )
         ids.append(run_id)
@@ -161,7 +168,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"API process + one worker process (concurrency {CONCURRENCY}), idle for {seconds:.0f} s "
         "with N runs parked in `waiting_user` (see the module docstring for how they are "
-        "parked until approvals land)."
+        "parked)."
     )
     figures.add("")
     figures.add(
@@ -184,7 +191,6 @@ def main(database_url: str, quick: bool) -> Figures:
         f"Resume {resumed:,} parked runs (re-queue all, until all completed): {took:.1f} s "
         f"({resumed / took:.1f} runs/s); the engine floor runs the same {resumed:,} runs at "
         f"concurrency {CONCURRENCY} in {base:.1f} s: **{took / base:.2f}x**. "
-        "**To re-measure when approvals land**: resume through `approval.approved` from the "
-        "runs' checkpoints."
+        "Not yet measured: resume through the approval endpoint from interrupt checkpoints."
     )
     return figures
