@@ -138,11 +138,11 @@ class PostgresSpanSink(SpanProcessor):
                     ) as copy:
                         for s in spans:
                             await copy.write_row(_span_row(s))
-                for row in payloads:
-                    await cur.execute(
+                if payloads:
+                    await cur.executemany(
                         "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
                         " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        row,
+                        payloads,
                     )
 
     async def run(self, interval_s: float) -> None:
