@@ -179,7 +179,8 @@ async def execute_run(
             if outcome.kind == "failed":
                 span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
             span.set_attribute("agentrt.outcome", outcome.kind)
-        await _conclude(deps, writer, run, outcome)
+        if await _conclude_shielded(deps, writer, run, outcome):
+            outcome.cancelled = True
     finally:
         run_context.reset(token)
     if outcome.cancelled:
@@ -227,6 +228,26 @@ async def _attempt(
     if interrupts:
         return Outcome("suspended", {"interrupts": interrupts})
     return Outcome("completed")
+
+
+async def _conclude_shielded(
+    deps: ExecutorDeps, writer: EventWriter, run: dict[str, Any], outcome: Outcome
+) -> bool:
+    """Store the attempt's outcome even if the task is cancelled meanwhile.
+
+    A cancel that arrives while the outcome is being stored waits for it, so the run ends
+    with that outcome (a completion that won stays completed) instead of being left for its
+    lease to expire. Return whether a cancel arrived, so the caller can re-raise it.
+    """
+    conclusion = asyncio.ensure_future(_conclude(deps, writer, run, outcome))
+    cancelled = False
+    while not conclusion.done():
+        try:
+            await asyncio.shield(conclusion)
+        except asyncio.CancelledError:
+            cancelled = True
+    conclusion.result()
+    return cancelled
 
 
 async def _conclude(
@@ -304,11 +325,12 @@ async def _drive(
     )
     state = await deps.graph.aget_state(config)
     graph_input: dict[str, Any] | Command[Any] | None
-    if state.values.get("run_id") == run_id:
+    resuming = state.values.get("run_id") == run_id
+    checkpointed = state.values.get("messages", []) if resuming else []
+    projector.supersede_unsaved(checkpointed, run["input_message_id"], recorded)
+    if resuming:
         graph_input = None  # resume this run from its last checkpoint
-        projector.replay_missing(
-            state.values.get("messages", []), run["input_message_id"], recorded
-        )
+        projector.replay_missing(checkpointed, run["input_message_id"], recorded)
         if state.interrupts:
             graph_input = await resume_command(deps.pool, run_id, state.interrupts)
             if graph_input is None:  # decisions still missing: ask (again) and wait
@@ -328,8 +350,15 @@ async def _drive(
         }
     if graph_input is None and not state.next:
         return ()  # the graph finished before the previous attempt could record it
+    # "sync": each step's checkpoint is stored before the next step starts, so no tool runs
+    # for a model turn that is not checkpointed, and a failed write stops the attempt there.
     async for mode, chunk in deps.graph.astream(
-        graph_input, config, context=context, stream_mode=STREAM_MODES, control=handle.control
+        graph_input,
+        config,
+        context=context,
+        stream_mode=STREAM_MODES,
+        control=handle.control,
+        durability="sync",
     ):
         projector.handle(mode, chunk)
     return (await deps.graph.aget_state(config)).interrupts

@@ -1,4 +1,4 @@
-"""Turn the LangGraph stream (messages, updates, custom) into SPEC §12 events."""
+"""Turn the LangGraph stream (messages, updates, custom) into run events (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langgraph.types import StreamMode
 
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
+REPLAYED = "~replayed"  # suffix of the item id of an answer re-emitted from a checkpoint
 
 
 class Emit(Protocol):
@@ -55,20 +56,31 @@ class StreamProjector:
 
         A worker can die after a step's checkpoint was written but before that step's events
         were; the resumed attempt re-emits those answers (under new item ids, since the log
-        may hold the old ones as superseded) so the run's output is complete.
+        may hold the old ones as superseded) so the run's output is complete. An answer the
+        log already holds under either id is not emitted again.
         """
-        seen_input = False
-        for message in messages:
-            if message.id == since_id:
-                seen_input = True
-            elif (
-                seen_input
-                and isinstance(message, AIMessage)
-                and message.text
-                and message.id not in recorded
-            ):
-                replayed = message.model_copy(update={"id": f"{message.id}~replayed"})
+        for message in _answers_since(messages, since_id):
+            if message.text and not {message.id, replayed_id(message.id)} & recorded:
+                replayed = message.model_copy(update={"id": replayed_id(message.id)})
                 self._complete(replayed, "call_model")
+
+    def supersede_unsaved(
+        self, messages: list[BaseMessage], since_id: str, recorded: set[str]
+    ) -> None:
+        """Supersede logged answers that the run's last checkpoint does not hold.
+
+        An attempt that stopped before its model turn was checkpointed logged an answer the
+        next attempt asks for again; without this, the run's output would hold both.
+        """
+        saved = set()
+        for message in _answers_since(messages, since_id):
+            saved |= {message.id, replayed_id(message.id)}
+        lost = sorted(recorded - saved)
+        for item_id in lost:
+            self._emit(
+                "message.item.completed",
+                {"itemId": item_id, "status": "superseded", "reason": "attempt not checkpointed"},
+            )
 
     def close_open_items(self, status: str, reason: str) -> None:
         """Close every item still streaming with `status`.
@@ -133,3 +145,18 @@ class StreamProjector:
             if served.get("reasoning"):
                 data["reasoning"] = served["reasoning"]
         self._emit("message.item.completed", data)
+
+
+def replayed_id(message_id: str | None) -> str:
+    """Return the item id under which a checkpointed but unlogged answer is re-emitted."""
+    base = (message_id or "").removesuffix(REPLAYED)
+    return f"{base}{REPLAYED}"
+
+
+def _answers_since(messages: list[BaseMessage], since_id: str) -> list[AIMessage]:
+    """Return the model answers after the message `since_id` (the run's input)."""
+    ids = [m.id for m in messages]
+    if since_id not in ids:
+        return []
+    start = ids.index(since_id) + 1
+    return [m for m in messages[start:] if isinstance(m, AIMessage)]

@@ -161,9 +161,8 @@ class Worker:
             handle.control.request_drain("shutdown")
         if self._tasks:
             await asyncio.wait(list(self._tasks.values()), timeout=grace)
-        for run_id, task in list(self._tasks.items()):
-            self._handles[run_id].stop_reason = "shutdown"
-            task.cancel()
+        for run_id in list(self._tasks):
+            self._stop_run(run_id, "shutdown")  # a cancel already under way stays a cancel
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         for loop in self._loops:
             loop.cancel()
@@ -176,6 +175,7 @@ class Worker:
     def _stop_run(self, run_id: str, reason: str) -> None:
         task, handle = self._tasks.get(run_id), self._handles.get(run_id)
         if task is not None and handle is not None and handle.stop_reason is None:
+            log.info("run %s: stopping (%s)", run_id, reason)
             handle.stop_reason = reason
             task.cancel()
 

@@ -39,3 +39,32 @@ def test_nothing_is_replayed_when_the_log_has_every_answer() -> None:
     messages = [HumanMessage("go", id="m1"), AIMessage("Done.", id="a1")]
     projector.replay_missing(messages, since_id="m1", recorded={"a1"})
     assert emitted == []
+
+
+def test_an_answer_already_replayed_is_not_replayed_again() -> None:
+    emitted: list[str] = []
+    projector = StreamProjector(lambda kind, data=None: emitted.append(kind))
+    messages = [HumanMessage("go", id="m1"), AIMessage("Done.", id="a1")]
+    projector.replay_missing(messages, since_id="m1", recorded={"a1~replayed"})
+    assert emitted == []
+
+
+def test_logged_answers_the_checkpoint_lacks_are_superseded() -> None:
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    projector = StreamProjector(lambda kind, data=None: emitted.append((kind, data or {})))
+    messages = [HumanMessage("go", id="m1"), AIMessage("Kept.", id="a1")]
+
+    projector.supersede_unsaved(messages, since_id="m1", recorded={"a1~replayed", "lost"})
+
+    assert [(k, d["itemId"], d["status"]) for k, d in emitted] == [
+        ("message.item.completed", "lost", "superseded")
+    ]
+
+
+def test_every_logged_answer_is_superseded_when_the_run_has_no_checkpoint() -> None:
+    emitted: list[str] = []
+    projector = StreamProjector(
+        lambda kind, data=None: emitted.append(data["itemId"] if data else "")
+    )
+    projector.supersede_unsaved([], since_id="m1", recorded={"a1", "a2"})
+    assert emitted == ["a1", "a2"]
