@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -15,9 +16,21 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
+FRESH_ID = "fresh"
+
+
+def _call_id(scripted: str | None, position: int, index: int) -> str:
+    if scripted == FRESH_ID:
+        return f"call_{uuid.uuid4().hex[:12]}"
+    return scripted or f"call_{position}_{index}"
+
 
 class ScriptedToolCall(BaseModel):
-    """A tool call the script makes."""
+    """A tool call the script makes.
+
+    `id` is the call's id; None derives one from the turn's position (the same on a re-run),
+    and `FRESH_ID` makes a new one on every model call, as real providers do.
+    """
 
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
@@ -95,7 +108,7 @@ class ScriptedChatModel(BaseChatModel):
                 {
                     "name": call.name,
                     "args": json.dumps(call.args),
-                    "id": call.id or f"call_{position}_{index}",
+                    "id": _call_id(call.id, position, index),
                     "index": index,
                     "type": "tool_call_chunk",
                 }
