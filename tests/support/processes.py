@@ -34,7 +34,7 @@ class WorkerProcess:
         self._ready = asyncio.Event()
         self._new_output = asyncio.Event()
 
-    async def start(self, limit_s: float = 60) -> WorkerProcess:
+    async def start(self, limit_s: float = 120) -> WorkerProcess:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -59,7 +59,7 @@ class WorkerProcess:
             if "worker" in line and line.endswith("ready"):
                 self._ready.set()
 
-    async def wait_for_output(self, text: str, limit_s: float = 30) -> None:
+    async def wait_for_output(self, text: str, limit_s: float = 120) -> None:
         async with asyncio.timeout(limit_s):
             while not any(text in line for line in self.output):
                 self._new_output.clear()
@@ -69,7 +69,7 @@ class WorkerProcess:
         assert self.proc is not None
         os.kill(self.proc.pid, signum)
 
-    async def wait(self, limit_s: float = 60) -> int:
+    async def wait(self, limit_s: float = 120) -> int:
         assert self.proc is not None
         async with asyncio.timeout(limit_s):
             code = await self.proc.wait()
