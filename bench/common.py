@@ -172,21 +172,23 @@ def _await_worker(proc: Proc, limit_s: float = 60) -> Proc:
     return proc
 
 
-def start_api(env: dict[str, str], *, workers: bool = False) -> Proc:
+def start_api(env: dict[str, str], *, workers: bool = False, limit_s: float = 60) -> Proc:
     """Start `agentrt serve` on a free port; wait until it answers /readyz."""
-    return _await_api(_spawn_api(env, workers))
+    return _await_api(_spawn_api(env, workers), limit_s)
 
 
-def start_worker(env: dict[str, str], concurrency: int = 16) -> Proc:
+def start_worker(env: dict[str, str], concurrency: int = 16, limit_s: float = 60) -> Proc:
     """Start `agentrt worker`; wait until it says it is ready."""
-    return _await_worker(_spawn_worker(env, concurrency))
+    return _await_worker(_spawn_worker(env, concurrency), limit_s)
 
 
-def start_workers(env: dict[str, str], count: int, concurrency: int = 16) -> list[Proc]:
+def start_workers(
+    env: dict[str, str], count: int, concurrency: int = 16, limit_s: float = 60
+) -> list[Proc]:
     """Start `count` worker processes side by side; wait until all are ready."""
     spawned = [_spawn_worker(env, concurrency) for _ in range(count)]
     try:
-        return [_await_worker(w) for w in spawned]
+        return [_await_worker(w, limit_s) for w in spawned]
     except BaseException:
         for p in spawned:
             p.kill()

@@ -1,0 +1,120 @@
+"""Check a chaos trial from the database and the outside ledger: what must hold for every run."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from server.snapshot import ITEM_SEPARATOR, output_text
+
+TERMINAL = ("run.completed", "run.failed", "run.cancelled")
+
+
+@dataclass
+class Verdict:
+    """What a trial's runs show: counts of each kind of defect, and the measured gaps."""
+
+    runs: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    duplicate_charges: int = 0
+    bad_outputs: int = 0
+    log_defects: int = 0
+    recoveries: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no run broke a rule."""
+        return not self.problems
+
+
+def rebuild(events: list[dict[str, Any]]) -> str:
+    """The output a client rebuilds from the deltas, superseded items left out."""
+    texts: dict[str, str] = {}
+    superseded: set[str] = set()
+    for e in events:
+        data = e["data"]
+        if e["type"] == "message.item.created":
+            texts[data["itemId"]] = ""
+        elif e["type"] == "message.item.delta":
+            texts[data["itemId"]] += data["delta"]
+        elif e["type"] == "message.item.completed" and data.get("status") == "superseded":
+            superseded.add(data["itemId"])
+    return ITEM_SEPARATOR.join(t for i, t in texts.items() if i not in superseded and t)
+
+
+def recovery_gaps(events: list[dict[str, Any]]) -> list[float]:
+    """Seconds from a dead attempt's last stored event to the next attempt's `run.started`."""
+    gaps = []
+    last_ts: datetime | None = None
+    expired = False
+    for e in events:
+        if e["type"] == "run.requeued" and e["data"].get("reason") == "lease expired":
+            expired = True
+            continue
+        if e["type"] == "run.started" and expired and last_ts is not None:
+            gaps.append((e["ts"] - last_ts).total_seconds())
+            expired = False
+        last_ts = e["ts"]
+    return gaps
+
+
+def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str]) -> Verdict:
+    """Check every run of the trial's database against the chaos rules."""
+    verdict = Verdict()
+    charges: dict[str, set[str]] = defaultdict(set)
+    if ledger.exists():
+        for line in ledger.read_text().splitlines():
+            run_id, key = line.split()
+            charges[run_id].add(key)
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        runs = conn.execute(
+            "SELECT r.id, r.status, r.last_event_seq, r.snapshot, m.content AS stored"
+            " FROM runs r LEFT JOIN messages m ON m.id = r.output_message_id"
+        ).fetchall()
+        rows = conn.execute(
+            "SELECT run_id, seq, type, ts, data FROM run_events ORDER BY run_id, seq"
+        ).fetchall()
+    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        events[row["run_id"]].append(row)
+    for run in runs:
+        verdict.runs += 1
+        log = events[run["id"]]
+        _check_log(verdict, run, log)
+        verdict.recoveries += recovery_gaps(log)
+        if run["id"] in cancelled_ids:
+            verdict.cancelled += run["status"] == "cancelled"
+            if run["status"] != "cancelled":
+                verdict.problems.append(f"{run['id']}: asked to cancel, ended {run['status']}")
+            continue
+        if run["status"] != "completed":
+            verdict.problems.append(f"{run['id']}: ended {run['status']}")
+            continue
+        verdict.completed += 1
+        if len(charges[run["id"]]) != 1:
+            verdict.duplicate_charges += 1
+            verdict.problems.append(f"{run['id']}: charged {len(charges[run['id']])} times")
+        outputs = {rebuild(log), output_text(run["snapshot"]), run["stored"]}
+        if outputs != {expected}:
+            verdict.bad_outputs += 1
+            verdict.problems.append(f"{run['id']}: output differs: {sorted(map(repr, outputs))}")
+    return verdict
+
+
+def _check_log(verdict: Verdict, run: dict[str, Any], log: list[dict[str, Any]]) -> None:
+    seqs = [e["seq"] for e in log]
+    terminal = [e["type"] for e in log if e["type"] in TERMINAL]
+    if seqs != list(range(1, len(seqs) + 1)) or len(seqs) != run["last_event_seq"]:
+        verdict.log_defects += 1
+        verdict.problems.append(f"{run['id']}: event log has a gap or a duplicate")
+    if len(terminal) != 1 or log[-1]["type"] not in TERMINAL:
+        verdict.log_defects += 1
+        verdict.problems.append(f"{run['id']}: terminal events {terminal}")
