@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run test lint format typecheck bench bench-quick clean
+.PHONY: help install run test lint format typecheck bench bench-quick chaos clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
 
 bench-quick: install ## A one-minute version of the benchmarks
 	$(BIN)/python -m bench.run --quick
+
+chaos: install ## 100 runs per trial under kill -9, then Postgres restarts; figures to docs/benchmarks.md
+	$(BIN)/python -m bench.chaos --write
 
 clean: ## Remove the virtual environments (keeps .agentrt data)
 	rm -rf $(VENV) $(TOOLS)

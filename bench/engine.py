@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Durability
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -44,6 +45,7 @@ class Engine:
     graph: CompiledStateGraph[Any, Any, Any, Any]
     model: ScriptedChatModel
     tools: list[BaseTool]
+    durability: Durability = "async"  # LangGraph's default; agentrt's executor uses "sync"
 
     async def run(self) -> tuple[float, float, float]:
         """Run one turn to its end; return seconds to the first part, first token, and end."""
@@ -61,6 +63,7 @@ class Engine:
             config,
             context=context,
             stream_mode=STREAM_MODES,
+            durability=self.durability,
         ):
             if not first:
                 first = time.perf_counter() - started
