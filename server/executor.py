@@ -161,7 +161,7 @@ async def execute_run(
         deps.metrics.observe_event(kind, data or {})
         writer.emit(kind, data)
 
-    projector = StreamProjector(emit)
+    projector = StreamProjector(emit, {i["itemId"]: i["status"] for i in head.snapshot["items"]})
     for item_id in streaming_item_ids(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(
@@ -327,7 +327,10 @@ async def _drive(
     graph_input: dict[str, Any] | Command[Any] | None
     resuming = state.values.get("run_id") == run_id
     checkpointed = state.values.get("messages", []) if resuming else []
-    projector.supersede_unsaved(checkpointed, run["input_message_id"], recorded)
+    # Tasks of the next step that finished before the crash: LangGraph restores their saved
+    # writes instead of running them again, so their answers count as saved too.
+    saved = [*checkpointed, *_task_messages(state.tasks)] if resuming else []
+    projector.supersede_unsaved(saved, run["input_message_id"], recorded)
     if resuming:
         graph_input = None  # resume this run from its last checkpoint
         projector.replay_missing(checkpointed, run["input_message_id"], recorded)
@@ -362,6 +365,18 @@ async def _drive(
     ):
         projector.handle(mode, chunk)
     return (await deps.graph.aget_state(config)).interrupts
+
+
+def _task_messages(tasks: Sequence[Any]) -> list[BaseMessage]:
+    """Return the messages that finished tasks of a state snapshot wrote."""
+    found: list[BaseMessage] = []
+    for task in tasks:
+        written = task.result.get("messages") if isinstance(task.result, dict) else None
+        if isinstance(written, BaseMessage):
+            found.append(written)
+        elif isinstance(written, list):
+            found += [m for m in written if isinstance(m, BaseMessage)]
+    return found
 
 
 async def _finish(writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None) -> None:

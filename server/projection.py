@@ -25,9 +25,12 @@ class StreamProjector:
     retried or falling back after part of its answer streamed; docs/events.md).
     """
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, logged: dict[str, str] | None = None) -> None:
         self._emit = emit
         self._open: dict[str, list[str]] = {}
+        # Items earlier attempts logged, by status: an answer LangGraph re-outputs on resume
+        # (a finished task's saved writes) is not emitted twice, nor under a closed item's id.
+        self._logged = dict(logged or {})
 
     def handle(self, mode: str, chunk: Any) -> None:
         """Project one `(mode, chunk)` part of `graph.astream(stream_mode=STREAM_MODES)`."""
@@ -77,6 +80,7 @@ class StreamProjector:
             saved |= {message.id, replayed_id(message.id)}
         lost = sorted(recorded - saved)
         for item_id in lost:
+            self._logged[item_id] = "superseded"
             self._emit(
                 "message.item.completed",
                 {"itemId": item_id, "status": "superseded", "reason": "attempt not checkpointed"},
@@ -123,6 +127,11 @@ class StreamProjector:
         if parts is None:
             if not message.text:
                 return
+            if "completed" in (self._logged.get(item_id), self._logged.get(replayed_id(item_id))):
+                return  # an earlier attempt logged this answer
+            if item_id in self._logged:
+                item_id = replayed_id(item_id)  # the log closed this id; the answer needs a new one
+            self._logged[item_id] = "completed"
             # Not streamed (the model answered in one piece): still one delta, so that
             # clients that rebuild text from deltas see all of it.
             self._emit(

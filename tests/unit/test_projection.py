@@ -68,3 +68,15 @@ def test_every_logged_answer_is_superseded_when_the_run_has_no_checkpoint() -> N
     )
     projector.supersede_unsaved([], since_id="m1", recorded={"a1", "a2"})
     assert emitted == ["a1", "a2"]
+
+
+def test_an_answer_restored_on_resume_is_emitted_once_under_an_unused_id() -> None:
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    logged = {"a1": "completed", "a2": "superseded"}
+    projector = StreamProjector(lambda kind, data=None: emitted.append((kind, data or {})), logged)
+
+    for message in (AIMessage("Logged.", id="a1"), AIMessage("Cut off.", id="a2")):
+        projector.handle("updates", {"call_model": {"messages": [message]}})
+
+    assert {d["itemId"] for _, d in emitted} == {"a2~replayed"}
+    assert emitted[-1][1]["text"] == "Cut off."
