@@ -96,16 +96,20 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
                 verdict.problems.append(f"{run['id']}: asked to cancel, ended {run['status']}")
             continue
         if run["status"] != "completed":
-            verdict.problems.append(f"{run['id']}: ended {run['status']}")
+            verdict.problems.append(f"{run['id']}: ended {run['status']}; {_trace(log)}")
             continue
         verdict.completed += 1
         if len(charges[run["id"]]) != 1:
             verdict.duplicate_charges += 1
-            verdict.problems.append(f"{run['id']}: charged {len(charges[run['id']])} times")
+            verdict.problems.append(
+                f"{run['id']}: charged {len(charges[run['id']])} times; {_trace(log)}"
+            )
         outputs = {rebuild(log), output_text(run["snapshot"]), run["stored"]}
         if outputs != {expected}:
             verdict.bad_outputs += 1
-            verdict.problems.append(f"{run['id']}: output differs: {sorted(map(repr, outputs))}")
+            verdict.problems.append(
+                f"{run['id']}: output differs: {sorted(map(repr, outputs))}; {_trace(log)}"
+            )
     return verdict
 
 
@@ -118,3 +122,16 @@ def _check_log(verdict: Verdict, run: dict[str, Any], log: list[dict[str, Any]])
     if len(terminal) != 1 or log[-1]["type"] not in TERMINAL:
         verdict.log_defects += 1
         verdict.problems.append(f"{run['id']}: terminal events {terminal}")
+
+
+def _trace(log: list[dict[str, Any]]) -> str:
+    """The run's log without deltas, short enough to read in a problem report."""
+    parts = []
+    for e in log:
+        if e["type"] == "message.item.delta":
+            continue
+        data = e["data"]
+        detail = data.get("itemId") or data.get("reason") or data.get("attempt") or ""
+        status = data.get("status", "")
+        parts.append(f"{e['seq']}:{e['type']}({detail}{' ' + status if status else ''})")
+    return " ".join(parts)
