@@ -252,22 +252,22 @@ def _p50_max(values: list[float]) -> str:
     return f"p50 {statistics.median(values):.2f} s, max {max(values):.2f} s (n={len(values)})"
 
 
-def report(trials: list[Trial], command: str) -> Figures:
-    """The figures of the trials as a docs/benchmarks.md section."""
-    figures = Figures("Chaos (kill -9 and Postgres restarts)", command)
+def report(t: Trial, command: str) -> Figures:
+    """One trial's figures as a docs/benchmarks.md section."""
+    title = "kill -9 of workers" if t.kind == "kill" else "Postgres restarts"
+    figures = Figures(f"Chaos: {title}", command)
+    v = t.verdict
+    faults = f"{t.faults} {'kill -9' if t.kind == 'kill' else 'restarts'}"
     figures.add(
-        "| trial | runs | faults | completed | cancelled | duplicate charges "
-        "| bad outputs | log defects | recovery | cancel latency | time |"
+        "| runs | faults | completed | cancelled | duplicate charges | bad outputs "
+        "| log defects | recovery | cancel latency | time |"
     )
-    figures.add("|---|---|---|---|---|---|---|---|---|---|---|")
-    for t in trials:
-        v = t.verdict
-        faults = f"{t.faults} {'kill -9' if t.kind == 'kill' else 'restarts'}"
-        figures.add(
-            f"| {t.kind} | {v.runs} | {faults} | {v.completed} | {v.cancelled} "
-            f"| {v.duplicate_charges} | {v.bad_outputs} | {v.log_defects} "
-            f"| {_p50_max(v.recoveries)} | {_p50_max(t.cancel_latencies)} | {t.seconds:.0f} s |"
-        )
+    figures.add("|---|---|---|---|---|---|---|---|---|---|")
+    figures.add(
+        f"| {v.runs} | {faults} | {v.completed} | {v.cancelled} | {v.duplicate_charges} "
+        f"| {v.bad_outputs} | {v.log_defects} | {_p50_max(v.recoveries)} "
+        f"| {_p50_max(t.cancel_latencies)} | {t.seconds:.0f} s |"
+    )
     figures.add("")
     figures.add(
         "Recovery: from the last event a dead attempt stored to the next attempt's "
@@ -297,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         for problem in trials[-1].verdict.problems[:20]:
             print(f"  PROBLEM {problem}", flush=True)
     command = "make chaos" if not args.quick and not args.runs else " ".join(sys.argv)
-    figures = report(trials, command)
-    if args.write:
-        from bench.run import write_section
+    command = command.replace(sys.argv[0], "python -m bench.chaos")
+    for t in trials:
+        figures = report(t, command)
+        if args.write:
+            from bench.run import write_section
 
-        stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {machine()}"
-        write_section(figures, stamp, args.quick)
+            stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {machine()}"
+            write_section(figures, stamp, args.quick)
     return 0 if all(t.verdict.ok for t in trials) else 1
 
 
