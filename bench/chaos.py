@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import shutil
 import signal
@@ -275,7 +276,8 @@ def report(t: Trial, command: str) -> Figures:
         "the outage). Cancel latency: from the accepted `POST /cancel` to the stored "
         "`run.cancelled`, under the same chaos. Every run is checked: completed, charged once "
         "in the outside ledger, a gapless log with one terminal event, and the stored output "
-        "equal to the deltas and to the snapshot, with no repeated item."
+        "equal to the deltas and to the snapshot, with no repeated item. Load average at the "
+        f"end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores."
     )
     return figures
 
