@@ -260,7 +260,7 @@ def report(t: Trial, command: str) -> Figures:
     v = t.verdict
     faults = f"{t.faults} {'kill -9' if t.kind == 'kill' else 'restarts'}"
     figures.add(
-        "| runs | faults | completed | cancelled | duplicate charges | bad outputs "
+        "| runs | faults | completed | cancelled | not charged once | bad outputs "
         "| log defects | recovery | cancel latency | time |"
     )
     figures.add("|---|---|---|---|---|---|---|---|---|---|")
