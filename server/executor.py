@@ -351,7 +351,8 @@ async def _drive(
             "run_id": run_id,
             "step": 0,
         }
-    if graph_input is None and not state.next:
+    # `next` leaves out tasks whose writes were saved before a crash; those still lead on.
+    if graph_input is None and not state.next and not state.tasks:
         return ()  # the graph finished before the previous attempt could record it
     # "sync": each step's checkpoint is stored before the next step starts, so no tool runs
     # for a model turn that is not checkpointed, and a failed write stops the attempt there.
