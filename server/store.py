@@ -63,6 +63,9 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_PAUSABLE_WHEN_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL})
+
+
 def run_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render a run row for the API."""
     error = None
@@ -86,6 +89,8 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "lastEventId": row["last_event_seq"],
         "usage": row["usage"],
         "cancelRequested": row["cancel_requested"],
+        "pauseRequested": row["pause_requested"] and row["status"] in _PAUSABLE_WHEN_ACTIVE,
+        "pausedAt": _iso(row["paused_at"]),
         "leaseOwner": row["lease_owner"],
         "recoveries": row["recoveries"],
         "createdAt": _iso(row["created_at"]),
@@ -137,6 +142,8 @@ async def get_conversation(
 
 
 _IN_PROGRESS = "('queued', 'running', 'waiting_tool', 'waiting_user', 'paused')"
+# A paused run holds its conversation but not a place under the user's run limit.
+_COUNTED = "('queued', 'running', 'waiting_tool', 'waiting_user')"
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
@@ -159,7 +166,7 @@ async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, p
 async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
     cur = await conn.execute(
         f"SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND user_id = %s"
-        f" AND status IN {_IN_PROGRESS}",
+        f" AND status IN {_COUNTED}",
         (who.tenant_id, who.user_id),
     )
     row = await cur.fetchone()
@@ -235,10 +242,11 @@ async def create_run(
     return row
 
 
-async def get_run(conn: Conn, who: Principal, run_id: str) -> dict[str, Any]:
-    """Return the tenant's run or raise RunNotFoundError."""
+async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> dict[str, Any]:
+    """Return the tenant's run (locked if `lock`) or raise RunNotFoundError."""
     cur = await conn.execute(
-        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s", (run_id, who.tenant_id)
+        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s" + (" FOR UPDATE" if lock else ""),
+        (run_id, who.tenant_id),
     )
     row = await cur.fetchone()
     if row is None:
