@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
+from server.cli import build_parser, cmd_runs
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
@@ -343,3 +344,25 @@ async def test_time_spent_paused_does_not_count_toward_the_deadline(env: Env, po
     assert after["deadline_at"] > before["deadline_at"] and not after["passed"]
     events = await finished(env, run, env.alice)
     assert "run.failed" not in kinds(events)
+
+
+async def test_the_cli_pauses_and_resumes_a_run(
+    env: Env, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = await start(env, "rocket")
+    run_id = run["runId"]
+    await wait_for_status(env.client, run_id, "waiting_user", headers=env.alice)
+    cli = settings.model_copy(
+        update={
+            "url": str(env.client.base_url),
+            "api_key": env.alice["Authorization"].removeprefix("Bearer "),
+        }
+    )
+    capsys.readouterr()
+    assert await cmd_runs(cli, build_parser().parse_args(["runs", "pause", run_id])) == 0
+    assert f"agentrt runs resume {run_id}" in capsys.readouterr().out
+    assert await cmd_runs(cli, build_parser().parse_args(["runs", "resume", run_id])) == 0
+    assert "resumed: waiting_user" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"409: .* not paused"):
+        await cmd_runs(cli, build_parser().parse_args(["runs", "resume", run_id]))
+    await env.client.post(f"/api/runs/{run_id}/cancel", headers=env.alice)
