@@ -125,6 +125,10 @@ def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
         out.write(f"[run failed: {data.get('errorType')}: {data.get('message')}]\n")
     elif kind == "run.cancelled":
         out.write("[run cancelled]\n")
+    elif kind == "run.paused":
+        out.write(f"[run paused; resume with: agentrt runs resume {event['runId']}]\n")
+    elif kind == "run.resumed":
+        out.write(f"[run resumed by {data.get('by')}]\n")
     elif kind in ("run.started", "run.requeued"):
         out.write(f"[{kind} attempt {data.get('attempt', '')}]\n".replace(" attempt ]", "]"))
     out.flush()
