@@ -19,7 +19,7 @@ from server.eventlog import (
 )
 from server.ids import new_id
 from server.notify import CANCEL_CHANNEL
-from server.runs import RunStatus
+from server.runs import RunStatus, is_terminal
 
 
 class ConversationNotFoundError(LookupError):
@@ -63,9 +63,6 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_PAUSABLE_WHEN_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.WAITING_TOOL})
-
-
 def run_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render a run row for the API."""
     error = None
@@ -89,7 +86,7 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "lastEventId": row["last_event_seq"],
         "usage": row["usage"],
         "cancelRequested": row["cancel_requested"],
-        "pauseRequested": row["pause_requested"] and row["status"] in _PAUSABLE_WHEN_ACTIVE,
+        "pauseRequested": row["pause_requested"] and not is_terminal(row["status"]),
         "pausedAt": _iso(row["paused_at"]),
         "leaseOwner": row["lease_owner"],
         "recoveries": row["recoveries"],

@@ -101,7 +101,14 @@ async def cancel_run(
     return view
 
 
-@router.post("/{run_id}/pause", status_code=202)
+_CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"description": "The caller is neither the run's owner nor a tenant admin."},
+    404: {"description": "No such run in the caller's tenant."},
+    409: {"description": "The run already ended (or, for resume, is not paused)."},
+}
+
+
+@router.post("/{run_id}/pause", status_code=202, responses=_CONTROL_ERRORS)
 async def pause_run(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -115,7 +122,7 @@ async def pause_run(
     return view
 
 
-@router.post("/{run_id}/resume")
+@router.post("/{run_id}/resume", responses=_CONTROL_ERRORS)
 async def resume_run(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
