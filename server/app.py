@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.models import ModelRegistry, UnknownModelError
+from server.pausing import RunForbiddenError, RunNotPausedError
 from server.routes import admin, approvals, conversations, health, observability, runs, usage
 from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
@@ -109,6 +110,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApprovalDecidedError)
     async def on_approval_decided(_: Request, exc: ApprovalDecidedError) -> JSONResponse:
         return _error(409, "already_decided", str(exc), approvalStatus=exc.status)
+
+    @app.exception_handler(RunForbiddenError)
+    async def on_run_forbidden(_: Request, exc: RunForbiddenError) -> JSONResponse:
+        return _error(403, "forbidden", str(exc))
+
+    @app.exception_handler(RunNotPausedError)
+    async def on_not_paused(_: Request, exc: RunNotPausedError) -> JSONResponse:
+        return _error(409, "not_paused", str(exc), runStatus=exc.status)
 
     @app.exception_handler(ToolConfigError)
     async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:

@@ -125,6 +125,10 @@ def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
         out.write(f"[run failed: {data.get('errorType')}: {data.get('message')}]\n")
     elif kind == "run.cancelled":
         out.write("[run cancelled]\n")
+    elif kind == "run.paused":
+        out.write(f"[run paused; resume with: agentrt runs resume {event['runId']}]\n")
+    elif kind == "run.resumed":
+        out.write(f"[run resumed by {data.get('by')}]\n")
     elif kind in ("run.started", "run.requeued"):
         out.write(f"[{kind} attempt {data.get('attempt', '')}]\n".replace(" attempt ]", "]"))
     out.flush()
@@ -182,6 +186,8 @@ async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
             from server.traces import render_tree
 
             print(render_tree(_check(await client.get(f"/api/runs/{args.run_id}/trace"))))
+        elif args.action in ("pause", "resume"):
+            print(await pause_or_resume(client, args.action, args.run_id))
         elif args.action == "events":
             if args.follow:
                 await follow(client, args.run_id)
@@ -191,6 +197,26 @@ async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
                         if line.startswith("data: "):
                             print(line[6:])
     return 0
+
+
+async def pause_or_resume(client: httpx.AsyncClient, action: str, run_id: str) -> str:
+    """Pause or resume a run; return a line saying where it stands."""
+    run = _check(await client.post(f"/api/runs/{run_id}/{action}"))
+    if action == "resume":
+        return f"run {run_id} resumed: {run['status']}"
+    if run["status"] == "paused":
+        return f"run {run_id} paused; resume it with 'agentrt runs resume {run_id}'"
+    return f"run {run_id} pauses at its next step (now {run['status']})"
+
+
+def add_pause_commands(runs_sub: Any) -> None:
+    """Add `runs pause ID` and `runs resume ID`."""
+    pause = runs_sub.add_parser(
+        "pause", help="pause a run at its next step (the worker is freed until resumed)"
+    )
+    pause.add_argument("run_id", help="the run to pause")
+    resume = runs_sub.add_parser("resume", help="resume a paused run from its last checkpoint")
+    resume.add_argument("run_id", help="the run to resume")
 
 
 def _print_approval(a: dict[str, Any], out: Any = None) -> None:
@@ -289,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     events = runs_sub.add_parser("events")
     events.add_argument("run_id")
     events.add_argument("--follow", action="store_true", help="render live until the run ends")
+    add_pause_commands(runs_sub)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True)

@@ -216,7 +216,8 @@ async def _append(
         "snapshot": Jsonb(snapshot),
         "status": status,
         "terminal": is_terminal(status),
-        "release": is_terminal(status) or status in (RunStatus.QUEUED, RunStatus.WAITING_USER),
+        "release": is_terminal(status)
+        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED),
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,

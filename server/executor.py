@@ -30,6 +30,7 @@ from server.ids import new_id
 from server.logs import run_context
 from server.metrics import Metrics
 from server.models import ModelRegistry
+from server.pausing import mark_paused
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
 from server.snapshot import output_text, streaming_item_ids
@@ -62,6 +63,13 @@ class RunHandle:
     control: RunControl = field(default_factory=RunControl)
     # Set before task.cancel(): "cancel" (a user asked), "lease_lost", or "shutdown".
     stop_reason: str | None = None
+    # An operator asked to pause: the drain ends in `run.paused` rather than a requeue.
+    pause_requested: bool = False
+
+    def request_pause(self) -> None:
+        """Stop the run at its next step boundary and store it as paused."""
+        self.pause_requested = True
+        self.control.request_drain("pause")
 
 
 class RunTimeoutError(TimeoutError):
@@ -139,7 +147,7 @@ def _seconds_left(deadline: datetime | None) -> float | None:
 class Outcome:
     """How an attempt ended, and what to store for it."""
 
-    kind: str  # completed | failed | cancelled | requeued | suspended | abandoned
+    kind: str  # completed | failed | cancelled | requeued | paused | suspended | abandoned
     data: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False  # the task was cancelled; re-raise after storing
 
@@ -179,7 +187,7 @@ async def execute_run(
             if outcome.kind == "failed":
                 span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
             span.set_attribute("agentrt.outcome", outcome.kind)
-        if await _conclude_shielded(deps, writer, run, outcome):
+        if await _conclude_shielded(deps, writer, run, outcome, pause=handle.pause_requested):
             outcome.cancelled = True
     finally:
         run_context.reset(token)
@@ -209,6 +217,8 @@ async def _attempt(
             return Outcome("requeued", {"reason": "worker stopped"}, cancelled=True)
         return Outcome("abandoned", {"reason": "lease lost"}, cancelled=True)
     except GraphDrained:
+        if handle.pause_requested:
+            return Outcome("paused", {"reason": "pause requested", "from": "running"})
         return Outcome("requeued", {"reason": "worker draining"})
     except (LeaseLostError, RunFinishedError) as exc:
         return Outcome("abandoned", {"reason": f"lease lost: {exc}"})
@@ -231,7 +241,12 @@ async def _attempt(
 
 
 async def _conclude_shielded(
-    deps: ExecutorDeps, writer: EventWriter, run: dict[str, Any], outcome: Outcome
+    deps: ExecutorDeps,
+    writer: EventWriter,
+    run: dict[str, Any],
+    outcome: Outcome,
+    *,
+    pause: bool = False,
 ) -> bool:
     """Store the attempt's outcome even if the task is cancelled meanwhile.
 
@@ -239,7 +254,7 @@ async def _conclude_shielded(
     with that outcome (a completion that won stays completed) instead of being left for its
     lease to expire. Return whether a cancel arrived, so the caller can re-raise it.
     """
-    conclusion = asyncio.ensure_future(_conclude(deps, writer, run, outcome))
+    conclusion = asyncio.ensure_future(_conclude(deps, writer, run, outcome, pause=pause))
     cancelled = False
     while not conclusion.done():
         try:
@@ -251,7 +266,12 @@ async def _conclude_shielded(
 
 
 async def _conclude(
-    deps: ExecutorDeps, writer: EventWriter, run: dict[str, Any], outcome: Outcome
+    deps: ExecutorDeps,
+    writer: EventWriter,
+    run: dict[str, Any],
+    outcome: Outcome,
+    *,
+    pause: bool = False,
 ) -> None:
     run_id = run["id"]
     if outcome.kind in ("completed", "failed", "cancelled"):
@@ -270,7 +290,14 @@ async def _conclude(
             await suspend(deps.pool, writer, run, outcome.data["interrupts"])
         except (LeaseLostError, RunFinishedError) as exc:
             log.info("run %s: approvals not stored: %s", run_id, exc)
-        await writer.close()
+            pause = False
+        if pause:  # asked while the step ran: pause now, approvals kept pending
+            data = {"reason": "pause requested", "from": "waiting_user"}
+            await _finish(writer, "run.paused", data, mark_paused)
+        else:
+            await writer.close()
+    elif outcome.kind == "paused":
+        await _finish(writer, "run.paused", outcome.data, mark_paused)
     elif outcome.kind == "abandoned":
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()

@@ -20,6 +20,7 @@ from server.eventlog import EVENTS_CHANNEL, RUNS_CHANNEL
 log = logging.getLogger(__name__)
 
 CANCEL_CHANNEL = "agentrt_cancel"  # payload: run id
+PAUSE_CHANNEL = "agentrt_pause"  # payload: run id
 
 
 class Notifier:
@@ -79,7 +80,7 @@ class Notifier:
 
     async def _notifications(self) -> AsyncIterator[tuple[str, str]]:
         async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
-            for channel in (EVENTS_CHANNEL, RUNS_CHANNEL, CANCEL_CHANNEL):
+            for channel in (EVENTS_CHANNEL, RUNS_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
                 await conn.execute(f"LISTEN {channel}")
             self.connected.set()
             # Anything notified while we were away is unknown: everyone looks again.

@@ -1,4 +1,4 @@
-"""The Run state machine (SPEC §1) and the status each event moves a run to."""
+"""The Run state machine and the status each event moves a run to."""
 
 from __future__ import annotations
 
@@ -21,14 +21,18 @@ class RunStatus(StrEnum):
 S = RunStatus
 TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 # Back to QUEUED from an active state is recovery: an expired lease or a drained worker.
+# PAUSED is left only by a resume (to QUEUED, or WAITING_USER while approvals are pending)
+# or a cancel; a worker never picks up a paused run.
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
+    S.QUEUED: frozenset({S.RUNNING, S.PAUSED, S.CANCELLED, S.FAILED}),
     S.RUNNING: frozenset(
         {S.WAITING_TOOL, S.WAITING_USER, S.PAUSED, S.QUEUED, S.COMPLETED, S.FAILED, S.CANCELLED}
     ),
-    S.WAITING_TOOL: frozenset({S.RUNNING, S.WAITING_USER, S.QUEUED, S.FAILED, S.CANCELLED}),
-    S.WAITING_USER: frozenset({S.QUEUED, S.RUNNING, S.FAILED, S.CANCELLED}),
-    S.PAUSED: frozenset({S.QUEUED, S.RUNNING, S.FAILED, S.CANCELLED}),
+    S.WAITING_TOOL: frozenset(
+        {S.RUNNING, S.WAITING_USER, S.PAUSED, S.QUEUED, S.FAILED, S.CANCELLED}
+    ),
+    S.WAITING_USER: frozenset({S.QUEUED, S.RUNNING, S.PAUSED, S.FAILED, S.CANCELLED}),
+    S.PAUSED: frozenset({S.QUEUED, S.WAITING_USER, S.CANCELLED}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -50,6 +54,11 @@ def check_transition(current: RunStatus | str, target: RunStatus | str) -> RunSt
     if current != target and target not in TRANSITIONS[current]:
         raise IllegalTransitionError(current, target)
     return target
+
+
+def can_pause(status: RunStatus | str) -> bool:
+    """Say whether a run in `status` may be paused (it is not finished and not paused yet)."""
+    return S.PAUSED in TRANSITIONS[RunStatus(status)]
 
 
 def is_terminal(status: RunStatus | str) -> bool:

@@ -20,6 +20,7 @@ _STATUS_BY_EVENT = {
     "run.completed": RunStatus.COMPLETED,
     "run.failed": RunStatus.FAILED,
     "run.cancelled": RunStatus.CANCELLED,
+    "run.paused": RunStatus.PAUSED,
 }
 ITEM_SEPARATOR = "\n\n"
 
@@ -63,13 +64,17 @@ def _find(rows: list[Any], key: str, value: str) -> Any:
 
 
 _TOOL_EVENTS = frozenset({"tool.started", "tool.completed", "tool.failed"})
-_MOVES_STATUS = frozenset(_STATUS_BY_EVENT) | _TOOL_EVENTS | {"approval.resolved"}
+_MOVES_STATUS = frozenset(_STATUS_BY_EVENT) | _TOOL_EVENTS | {"approval.resolved", "run.resumed"}
 
 
 def _next_status(snap: Snapshot, kind: str) -> RunStatus:
     current = RunStatus(snap["status"])
     if kind in _STATUS_BY_EVENT:
         return _STATUS_BY_EVENT[kind]
+    if kind == "run.resumed":
+        # Back where it waits: for a reviewer while approvals are pending, else for a worker.
+        pending = any(a["status"] == "pending" for a in snap.get("approvals", []))
+        return RunStatus.WAITING_USER if pending else RunStatus.QUEUED
     if kind == "approval.resolved":
         waiting = any(a["status"] == "pending" for a in snap.get("approvals", []))
         return RunStatus.QUEUED if current == RunStatus.WAITING_USER and not waiting else current

@@ -19,7 +19,7 @@ from server.eventlog import (
 )
 from server.ids import new_id
 from server.notify import CANCEL_CHANNEL
-from server.runs import RunStatus
+from server.runs import RunStatus, is_terminal
 
 
 class ConversationNotFoundError(LookupError):
@@ -86,6 +86,8 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "lastEventId": row["last_event_seq"],
         "usage": row["usage"],
         "cancelRequested": row["cancel_requested"],
+        "pauseRequested": row["pause_requested"] and not is_terminal(row["status"]),
+        "pausedAt": _iso(row["paused_at"]),
         "leaseOwner": row["lease_owner"],
         "recoveries": row["recoveries"],
         "createdAt": _iso(row["created_at"]),
@@ -137,6 +139,8 @@ async def get_conversation(
 
 
 _IN_PROGRESS = "('queued', 'running', 'waiting_tool', 'waiting_user', 'paused')"
+# A paused run holds its conversation but not a place under the user's run limit.
+_COUNTED = "('queued', 'running', 'waiting_tool', 'waiting_user')"
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
@@ -159,7 +163,7 @@ async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, p
 async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
     cur = await conn.execute(
         f"SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND user_id = %s"
-        f" AND status IN {_IN_PROGRESS}",
+        f" AND status IN {_COUNTED}",
         (who.tenant_id, who.user_id),
     )
     row = await cur.fetchone()
@@ -235,10 +239,11 @@ async def create_run(
     return row
 
 
-async def get_run(conn: Conn, who: Principal, run_id: str) -> dict[str, Any]:
-    """Return the tenant's run or raise RunNotFoundError."""
+async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> dict[str, Any]:
+    """Return the tenant's run (locked if `lock`) or raise RunNotFoundError."""
     cur = await conn.execute(
-        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s", (run_id, who.tenant_id)
+        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s" + (" FOR UPDATE" if lock else ""),
+        (run_id, who.tenant_id),
     )
     row = await cur.fetchone()
     if row is None:

@@ -30,7 +30,8 @@ from server.eventlog import (
 )
 from server.executor import ExecutorDeps, RunHandle, execute_run
 from server.ids import new_id
-from server.notify import CANCEL_CHANNEL, Notifier
+from server.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
+from server.pausing import mark_paused
 from server.settings import Settings
 from server.tracing import hex_trace_id
 
@@ -80,7 +81,7 @@ RETURNING runs.*,
 _HEARTBEAT = """
 UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
 WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND status IN ('running', 'waiting_tool')
-RETURNING id, cancel_requested
+RETURNING id, cancel_requested, pause_requested
 """
 
 _EXPIRED = """
@@ -127,6 +128,7 @@ class Worker:
         """Register, then start claiming, heartbeating and reaping."""
         self.notifier.on(RUNS_CHANNEL, lambda _payload: self._wake.set())
         self.notifier.on(CANCEL_CHANNEL, self._on_cancel)
+        self.notifier.on(PAUSE_CHANNEL, self._on_pause)
         async with self._pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO workers (id, host, pid, concurrency) VALUES (%s, %s, %s, %s)",
@@ -182,6 +184,11 @@ class Worker:
     def _on_cancel(self, run_id: str) -> None:
         self._stop_run(run_id, "cancel")
 
+    def _on_pause(self, run_id: str) -> None:
+        handle = self._handles.get(run_id)
+        if handle is not None and not handle.pause_requested:
+            handle.request_pause()
+
     async def _claim_loop(self) -> None:
         reaped_at = 0.0
         while self._claiming:
@@ -219,6 +226,14 @@ class Worker:
                     [NewEvent("run.cancelled", {"reason": "cancel requested"})],
                     generation=generation,
                     head=head,
+                )
+                self.deps.metrics.events_written.inc()
+                return True
+            if run["pause_requested"]:
+                # Paused while it was being handed back (drain, lost lease): pause it now.
+                paused = NewEvent("run.paused", {"reason": "pause requested", "from": "queued"})
+                await append_events(
+                    conn, run["id"], [paused], generation=generation, head=head, extra=mark_paused
                 )
                 self.deps.metrics.events_written.inc()
                 return True
@@ -282,12 +297,14 @@ class Worker:
                 _HEARTBEAT,
                 {"lease": self._settings.lease_seconds, "owner": self.owner, "ids": ids},
             )
-            renewed = {row["id"]: row["cancel_requested"] for row in await cur.fetchall()}
+            renewed = {row["id"]: row for row in await cur.fetchall()}
         for run_id in ids:
             if run_id not in renewed:
                 self._stop_run(run_id, "lease_lost")
-            elif renewed[run_id]:
+            elif renewed[run_id]["cancel_requested"]:
                 self._stop_run(run_id, "cancel")
+            elif renewed[run_id]["pause_requested"]:
+                self._on_pause(run_id)
 
     async def reap_expired(self) -> int:
         """Re-queue runs whose worker stopped renewing its lease; dead-letter repeat offenders."""

@@ -1,4 +1,4 @@
-"""Runs: record, snapshot, event stream, cancel."""
+"""Runs: record, snapshot, event stream, cancel, pause and resume."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
 from server.auth import CurrentPrincipal, Principal
+from server.pausing import request_pause, request_resume
 from server.runs import RunStatus
 from server.snapshot import output_text
 from server.sse import event_stream
@@ -98,3 +99,32 @@ async def cancel_run(
     if view["cancelled"]:
         request.app.state.runtime.metrics.events_written.inc()  # run.cancelled, stored here
     return view
+
+
+_CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"description": "The caller is neither the run's owner nor a tenant admin."},
+    404: {"description": "No such run in the caller's tenant."},
+    409: {"description": "The run already ended (or, for resume, is not paused)."},
+}
+
+
+@router.post("/{run_id}/pause", status_code=202, responses=_CONTROL_ERRORS)
+async def pause_run(
+    request: Request, run_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Pause the run: at once if queued or waiting, else at the worker's next step boundary.
+
+    Only the run's owner or a tenant admin may pause it. `paused` says whether it took effect.
+    """
+    run = await request_pause(request.app.state.pool, who, run_id)
+    view = run_view(run)
+    view["paused"] = run["status"] == RunStatus.PAUSED
+    return view
+
+
+@router.post("/{run_id}/resume", responses=_CONTROL_ERRORS)
+async def resume_run(
+    request: Request, run_id: str, who: Principal = CurrentPrincipal
+) -> dict[str, Any]:
+    """Resume a paused run from its last checkpoint (queued, or waiting_user for approvals)."""
+    return run_view(await request_resume(request.app.state.pool, who, run_id))

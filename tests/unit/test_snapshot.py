@@ -61,3 +61,50 @@ def test_an_event_after_the_end_is_an_illegal_transition() -> None:
 def test_completing_a_queued_run_is_refused() -> None:
     with pytest.raises(IllegalTransitionError):
         fold([("run.created", {}), ("run.completed", {})])
+
+
+APPROVAL = {"approvalId": "apr_1", "toolCallId": "c1", "name": "launch_rocket", "risk": "high"}
+
+
+def test_a_paused_run_resumes_to_the_queue_when_nothing_waits_for_a_person() -> None:
+    snap = fold([("run.created", {}), ("run.started", {"attempt": 1}), ("run.paused", {})])
+    assert snap["status"] == "paused"
+    apply_event(snap, 4, "run.resumed", {})
+    assert snap["status"] == "queued"
+
+
+def test_a_decision_made_while_paused_is_kept_and_the_run_stays_paused() -> None:
+    snap = fold(
+        [
+            ("run.created", {}),
+            ("run.started", {"attempt": 1}),
+            ("approval.required", APPROVAL),
+            ("run.paused", {"from": "waiting_user"}),
+            ("approval.resolved", {"approvalId": "apr_1", "status": "approved", "by": "rita"}),
+        ]
+    )
+    assert snap["status"] == "paused"
+    assert snap["approvals"][0]["status"] == "approved"
+    apply_event(snap, 6, "run.resumed", {})
+    assert snap["status"] == "queued"
+
+
+def test_a_run_paused_while_waiting_resumes_to_waiting_for_its_reviewer() -> None:
+    snap = fold(
+        [
+            ("run.created", {}),
+            ("run.started", {"attempt": 1}),
+            ("approval.required", APPROVAL),
+            ("run.paused", {"from": "waiting_user"}),
+        ]
+    )
+    assert snap["status"] == "paused"
+    apply_event(snap, 5, "run.resumed", {})
+    assert snap["status"] == "waiting_user"
+    assert snap["approvals"][0]["status"] == "pending"
+
+
+def test_a_paused_run_cannot_be_started_by_a_worker() -> None:
+    snap = fold([("run.created", {}), ("run.paused", {})])
+    with pytest.raises(IllegalTransitionError):
+        apply_event(snap, 3, "run.started", {"attempt": 1})

@@ -6,7 +6,14 @@ import itertools
 
 import pytest
 
-from server.runs import TERMINAL, TRANSITIONS, IllegalTransitionError, RunStatus, check_transition
+from server.runs import (
+    TERMINAL,
+    TRANSITIONS,
+    IllegalTransitionError,
+    RunStatus,
+    can_pause,
+    check_transition,
+)
 
 
 @pytest.mark.parametrize(
@@ -56,3 +63,25 @@ def test_every_status_is_in_the_table() -> None:
 def test_unknown_status_is_refused() -> None:
     with pytest.raises(ValueError):
         check_transition("running", "sleeping")
+
+
+@pytest.mark.parametrize("current", ["queued", "running", "waiting_tool", "waiting_user"])
+def test_every_unfinished_run_can_be_paused(current: str) -> None:
+    assert can_pause(current)
+    assert check_transition(current, "paused") == RunStatus.PAUSED
+
+
+@pytest.mark.parametrize("current", ["paused", "completed", "failed", "cancelled"])
+def test_a_paused_or_finished_run_cannot_be_paused(current: str) -> None:
+    assert not can_pause(current)
+
+
+@pytest.mark.parametrize("target", ["queued", "waiting_user", "cancelled"])
+def test_a_paused_run_leaves_by_resume_or_cancel(target: str) -> None:
+    assert check_transition("paused", target) == RunStatus(target)
+
+
+@pytest.mark.parametrize("target", ["running", "waiting_tool", "completed", "failed"])
+def test_no_worker_moves_a_paused_run(target: str) -> None:
+    with pytest.raises(IllegalTransitionError):
+        check_transition("paused", target)
