@@ -108,8 +108,9 @@ async def post_message(
         str | None,
         Header(
             alias=IDEMPOTENCY_HEADER,
-            description="Any unique string (a UUID). A retry with the same key and body "
-            "returns the first answer and creates nothing; with another body it is refused.",
+            description="A unique string of 1 to 255 printable ASCII characters (a UUID). A "
+            "retry with the same key and body returns the first answer and creates nothing; "
+            "with another body it is refused (422).",
         ),
     ] = None,
 ) -> dict[str, Any]:
