@@ -38,8 +38,15 @@ def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def client(settings: Settings, scripts: Path) -> AsyncIterator[httpx.AsyncClient]:
+    # Each post holds a pooled connection while it waits for the conversation's lock; on a
+    # loaded machine hundreds of them outwait the pool timeout (a 503 by design, not a lock bug).
     api = settings.model_copy(
-        update={"run_workers": False, "scripted_models_file": scripts, **SETTINGS}
+        update={
+            "run_workers": False,
+            "scripted_models_file": scripts,
+            "db_pool_timeout_s": 300.0,
+            **SETTINGS,
+        }
     )
     async with (
         serve(create_app(api, models=ModelRegistry(api))) as url,
