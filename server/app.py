@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.eventlog import RunFinishedError, RunNotFoundError
+from server.faults import install_fault_handlers
 from server.models import ModelRegistry, UnknownModelError
 from server.pausing import RunForbiddenError, RunNotPausedError
 from server.routes import admin, approvals, conversations, health, observability, runs, usage
@@ -185,6 +186,7 @@ def create_app(
     app.state.models = registry
     app.state.tools = tool_registry
     install_error_handlers(app)
+    install_fault_handlers(app)
     for router in (
         health.router,
         conversations.router,

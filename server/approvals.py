@@ -253,7 +253,7 @@ async def resolve(
     found = await cur.fetchone()
     if found is None:
         raise ApprovalNotFoundError(approval_id)
-    await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (found["run_id"],))
+    await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR NO KEY UPDATE", (found["run_id"],))
     cur = await conn.execute("SELECT * FROM approvals WHERE id = %s FOR UPDATE", (approval_id,))
     row = await cur.fetchone()
     assert row is not None

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 _MIGRATION_LOCK = 7_262_616_001
 
 Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+T = TypeVar("T")
+_DEADLOCK_TRIES = 5
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -56,6 +59,9 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
         kwargs=connection_kwargs(),
         open=False,
         name="agentrt",
+        # After a database restart, pooled connections are dead; check each one handed out.
+        check=AsyncConnectionPool.check_connection,
+        timeout=settings.db_pool_timeout_s,
     )
     await pool.open(wait=True, timeout=30)
     try:
@@ -119,3 +125,21 @@ async def migrate(pool: Pool) -> list[str]:
             log.info("applied migration %s", name)
             applied.append(name)
     return applied
+
+
+async def retry_deadlocks(attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run `attempt` (one whole transaction) again when Postgres aborted it to break a deadlock.
+
+    The lock order makes deadlocks unlikely, not impossible (foreign-key checks take locks
+    too), and an aborted transaction left nothing behind, so running it again is safe.
+    """
+    for tries in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            return await attempt()
+        except (errors.DeadlockDetected, errors.SerializationFailure):
+            if tries == _DEADLOCK_TRIES:
+                raise
+            log.warning("transaction aborted by a deadlock; trying again (%d)", tries)
+            # Jittered, so that the transactions that collided do not collide again in step.
+            await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
+    raise AssertionError("unreachable")

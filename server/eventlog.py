@@ -83,10 +83,14 @@ class RunHead:
 
 
 async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
-    """Read the run's head, locking its row when `lock` (inside a transaction)."""
+    """Read the run's head, locking its row when `lock` (inside a transaction).
+
+    `FOR NO KEY UPDATE`, the lock the API's posts and cancels take first: taking it again here
+    is no upgrade, which could wait on rows referencing the run (docs/decisions/1020).
+    """
     cur = await conn.execute(
         "SELECT last_event_seq, status, attempt, snapshot, lease_generation FROM runs WHERE id = %s"
-        + (" FOR UPDATE" if lock else ""),
+        + (" FOR NO KEY UPDATE" if lock else ""),
         (run_id,),
     )
     row = await cur.fetchone()

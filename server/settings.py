@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".agentrt")
     db_pool_min: int = 2
     db_pool_max: int = 20
+    # How long a request waits for a pooled connection before it is answered 503.
+    db_pool_timeout_s: float = Field(default=30.0, gt=0)
 
     auth_enabled: bool = False
     default_tenant: str = "default"

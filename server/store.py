@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db import Pool
+from server.db import Pool, retry_deadlocks
 from server.eventlog import (
     Conn,
     NewEvent,
@@ -17,6 +18,7 @@ from server.eventlog import (
     append_events,
     new_head,
 )
+from server.idempotency import IdempotencyKey, find_response, remember_response
 from server.ids import new_id
 from server.notify import CANCEL_CHANNEL
 from server.runs import RunStatus, is_terminal
@@ -126,10 +128,15 @@ async def create_conversation(
 async def get_conversation(
     conn: Conn, who: Principal, conversation_id: str, *, lock: bool = False
 ) -> dict[str, Any]:
-    """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError."""
+    """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError.
+
+    The lock is `FOR NO KEY UPDATE`, which lets a worker insert rows that reference the
+    conversation (the assistant message) meanwhile; `FOR UPDATE` would block those inserts'
+    foreign-key checks while we wait for that worker's run row: a deadlock.
+    """
     cur = await conn.execute(
         "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
-        + (" FOR UPDATE" if lock else ""),
+        + (" FOR NO KEY UPDATE" if lock else ""),
         (conversation_id, who.tenant_id),
     )
     row = await cur.fetchone()
@@ -148,7 +155,7 @@ async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, p
         return
     cur = await conn.execute(
         f"SELECT id, status FROM runs WHERE conversation_id = %s AND status IN {_IN_PROGRESS}"
-        " ORDER BY created_at FOR UPDATE",
+        " ORDER BY created_at, id FOR NO KEY UPDATE",
         (conversation_id,),
     )
     busy = await cur.fetchall()
@@ -192,49 +199,131 @@ async def create_run(
             active; beyond it, TooManyRunsError. None queues without limit.
         model_source: Why this model was picked (server/routing.py), kept in the event.
     """
-    message_id, run_id = new_id("msg"), new_id("run")
-    async with pool.connection() as conn, conn.transaction():
-        await get_conversation(conn, who, conversation_id, lock=True)
-        await _apply_busy_policy(conn, who, conversation_id, if_busy)
-        if user_limit is not None:
-            await _refuse_over_limit(conn, who, user_limit)
-        await conn.execute(
-            "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
-            " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
-            (message_id, conversation_id, who.tenant_id, who.user_id, run_id, content),
-        )
-        await conn.execute(
-            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-            " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                run_id,
-                conversation_id,
-                who.tenant_id,
-                who.user_id,
-                model,
-                Jsonb(options),
-                message_id,
-                sorted(who.roles),
-            ),
-        )
-        await append_events(
-            conn,
-            run_id,
-            head=new_head(run_id),
-            events=[
-                NewEvent(
-                    "run.created",
-                    {
-                        "conversationId": conversation_id,
-                        "model": model,
-                        "modelSource": model_source,
-                        "inputMessageId": message_id,
-                    },
+    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
+
+    async def attempt() -> dict[str, Any]:
+        async with pool.connection() as conn, conn.transaction():
+            await get_conversation(conn, who, conversation_id, lock=True)
+            return await _insert_run(conn, who, message, model_source)
+
+    return await retry_deadlocks(attempt)
+
+
+async def accept_message(
+    pool: Pool,
+    who: Principal,
+    conversation_id: str,
+    content: str,
+    model: str,
+    options: dict[str, Any],
+    *,
+    if_busy: str = "enqueue",
+    user_limit: int | None = None,
+    model_source: str | None = None,
+    idempotency: IdempotencyKey | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Like `create_run`, but return the API's answer and whether it replays an earlier one.
+
+    With an idempotency key already used with the same body, nothing is created and the
+    first answer is returned; the key is checked before the busy policy and the limits, so a
+    retry is never refused because of the run the first attempt created.
+
+    Raises:
+        IdempotencyKeyReusedError: the key was used with a different body.
+    """
+    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
+
+    async def attempt() -> tuple[dict[str, Any], bool]:
+        async with pool.connection() as conn, conn.transaction():
+            await get_conversation(conn, who, conversation_id, lock=True)
+            if idempotency is not None:
+                earlier = await find_response(conn, conversation_id, idempotency)
+                if earlier is not None:
+                    return earlier, True
+            row = await _insert_run(conn, who, message, model_source)
+            response = accepted_view(row, model_source)
+            if idempotency is not None:
+                await remember_response(
+                    conn, who.tenant_id, conversation_id, idempotency, row["id"], response
                 )
-            ],
-        )
-        cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
-        row = await cur.fetchone()
+        return response, False
+
+    return await retry_deadlocks(attempt)
+
+
+def accepted_view(row: dict[str, Any], model_source: str | None) -> dict[str, Any]:
+    """Render the answer to a posted message from its new run's row."""
+    return {
+        "runId": row["id"],
+        "status": row["status"],
+        "conversationId": row["conversation_id"],
+        "messageId": row["input_message_id"],
+        "model": row["model"],
+        "modelSource": model_source,
+        "streamUrl": f"/api/runs/{row['id']}/events",
+        "snapshotUrl": f"/api/runs/{row['id']}/snapshot",
+    }
+
+
+@dataclass(frozen=True)
+class _NewMessage:
+    conversation_id: str
+    content: str
+    model: str
+    options: dict[str, Any]
+    if_busy: str
+    user_limit: int | None
+
+
+async def _insert_run(
+    conn: Conn, who: Principal, message: _NewMessage, model_source: str | None
+) -> dict[str, Any]:
+    """Apply the busy policy and limits, then insert the message, the run and `run.created`.
+
+    The caller holds the conversation's row lock, taken before any run's: one lock order.
+    """
+    conversation_id = message.conversation_id
+    message_id, run_id = new_id("msg"), new_id("run")
+    await _apply_busy_policy(conn, who, conversation_id, message.if_busy)
+    if message.user_limit is not None:
+        await _refuse_over_limit(conn, who, message.user_limit)
+    await conn.execute(
+        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
+        " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
+        (message_id, conversation_id, who.tenant_id, who.user_id, run_id, message.content),
+    )
+    await conn.execute(
+        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
+        " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            run_id,
+            conversation_id,
+            who.tenant_id,
+            who.user_id,
+            message.model,
+            Jsonb(message.options),
+            message_id,
+            sorted(who.roles),
+        ),
+    )
+    await append_events(
+        conn,
+        run_id,
+        head=new_head(run_id),
+        events=[
+            NewEvent(
+                "run.created",
+                {
+                    "conversationId": conversation_id,
+                    "model": message.model,
+                    "modelSource": model_source,
+                    "inputMessageId": message_id,
+                },
+            )
+        ],
+    )
+    cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
+    row = await cur.fetchone()
     assert row is not None
     return row
 
@@ -242,7 +331,7 @@ async def create_run(
 async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> dict[str, Any]:
     """Return the tenant's run (locked if `lock`) or raise RunNotFoundError."""
     cur = await conn.execute(
-        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s" + (" FOR UPDATE" if lock else ""),
+        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s" + (" FOR NO KEY UPDATE" if lock else ""),
         (run_id, who.tenant_id),
     )
     row = await cur.fetchone()
@@ -278,7 +367,7 @@ async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> lis
 
 
 async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> None:
-    """Cancel a run whose row the caller holds locked (`SELECT … FOR UPDATE`).
+    """Cancel a run whose row the caller holds locked (`SELECT … FOR NO KEY UPDATE`).
 
     A run no worker holds is cancelled here and now; a running one is flagged and its worker,
     wherever it runs, is told through NOTIFY (the heartbeat catches a missed notification).
@@ -314,14 +403,18 @@ async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, A
         RunNotFoundError: no such run for this tenant.
         RunFinishedError: the run already ended (the API answers 409).
     """
-    async with pool.connection() as conn:
-        async with conn.transaction():
-            cur = await conn.execute(
-                "SELECT status FROM runs WHERE id = %s AND tenant_id = %s FOR UPDATE",
-                (run_id, who.tenant_id),
-            )
-            row = await cur.fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            await cancel_locked(conn, run_id, RunStatus(row["status"]), who.user_id)
-        return await get_run(conn, who, run_id)
+
+    async def attempt() -> dict[str, Any]:
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "SELECT status FROM runs WHERE id = %s AND tenant_id = %s FOR NO KEY UPDATE",
+                    (run_id, who.tenant_id),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise RunNotFoundError(run_id)
+                await cancel_locked(conn, run_id, RunStatus(row["status"]), who.user_id)
+            return await get_run(conn, who, run_id)
+
+    return await retry_deadlocks(attempt)

@@ -5,15 +5,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, HTTPException, Request, status
+from fastapi import APIRouter, Body, Header, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from server.auth import CurrentPrincipal, Principal
+from server.idempotency import HEADER as IDEMPOTENCY_HEADER
+from server.idempotency import idempotency_key
 from server.routing import pick_model
 from server.store import (
+    accept_message,
     conversation_view,
     create_conversation,
-    create_run,
     get_conversation,
     list_messages,
     list_runs,
@@ -97,7 +99,20 @@ async def get_conversation_route(
 
 @router.post("/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED)
 async def post_message(
-    request: Request, conversation_id: str, body: MessageIn, who: Principal = CurrentPrincipal
+    request: Request,
+    response: Response,
+    conversation_id: str,
+    body: MessageIn,
+    who: Principal = CurrentPrincipal,
+    key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            description="A unique string of 1 to 255 printable ASCII characters (a UUID). A "
+            "retry with the same key and body returns the first answer and creates nothing; "
+            "with another body it is refused (422).",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Store a user message and queue a run for it; answers at once."""
     settings = request.app.state.settings
@@ -109,6 +124,7 @@ async def post_message(
             f"content has {len(body.content)} characters; the limit is "
             f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
         )
+    idempotency = idempotency_key(key, body.model_dump(by_alias=True, mode="json"))
     pool = request.app.state.pool
     async with pool.connection() as conn:
         conversation = await get_conversation(conn, who, conversation_id)
@@ -124,7 +140,7 @@ async def post_message(
     options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
     limits = settings.tenant_limits.get(who.tenant_id, {})
     user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
-    run = await create_run(
+    accepted, replayed = await accept_message(
         pool,
         who,
         conversation_id,
@@ -134,18 +150,13 @@ async def post_message(
         if_busy=body.if_busy or settings.conversation_busy_policy,
         user_limit=user_limit if settings.limit_policy == "reject" else None,
         model_source=pick.source,
+        idempotency=idempotency,
     )
-    request.app.state.runtime.metrics.events_written.inc()  # run.created
-    return {
-        "runId": run["id"],
-        "status": run["status"],
-        "conversationId": conversation_id,
-        "messageId": run["input_message_id"],
-        "model": model,
-        "modelSource": pick.source,
-        "streamUrl": f"/api/runs/{run['id']}/events",
-        "snapshotUrl": f"/api/runs/{run['id']}/snapshot",
-    }
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    else:
+        request.app.state.runtime.metrics.events_written.inc()  # run.created
+    return accepted
 
 
 @router.get("/{conversation_id}/runs")
