@@ -226,7 +226,6 @@ def create_app(
         title="agentrt",
         version="0.1.0",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
         responses=errors(500),
     )
     app.state.settings = settings
