@@ -32,7 +32,7 @@ from server.metrics import Metrics
 from server.models import ModelRegistry
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
-from server.snapshot import output_text, streaming_item_ids
+from server.snapshot import output_text, streaming_items
 from server.tooling import run_toolbox
 from server.trace_callbacks import TraceCallbackHandler
 from server.tracing import RunInfo, Tracing
@@ -162,11 +162,16 @@ async def execute_run(
         writer.emit(kind, data)
 
     projector = StreamProjector(emit)
-    for item_id in streaming_item_ids(head.snapshot):
+    for item in streaming_items(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(
             "message.item.completed",
-            {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
+            {
+                "itemId": item["itemId"],
+                "status": "superseded",
+                "text": item["text"],
+                "reason": "attempt abandoned",
+            },
         )
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     info = RunInfo(run["id"], run["conversation_id"], run["tenant_id"], head.attempt)
