@@ -312,3 +312,30 @@ class Readiness(ApiModel):
 
     status: str
     checks: dict[str, str]
+
+
+class StoredEvent(ApiModel):
+    """One event of a run's log, as the `data` line of an SSE frame carries it."""
+
+    seq: int = Field(description="Gapless position in the run's log, from 1.")
+    type: str = Field(description="Event type, e.g. `message.item.delta` (docs/events.md).")
+    run_id: str
+    ts: str = Field(description="When the event was stored (ISO 8601, UTC).")
+    data: dict[str, Any]
+
+
+def sse_frame_schema() -> dict[str, Any]:
+    """The JSON schema of one SSE frame of a run's event stream (`id`, `event`, `data`)."""
+    return {
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The event's seq."},
+            "event": {"type": "string", "description": "The event's type."},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": StoredEvent.model_json_schema(by_alias=True),
+            },
+        },
+    }

@@ -10,7 +10,15 @@ from fastapi.responses import StreamingResponse
 from server.auth import CurrentPrincipal, Principal
 from server.pages import runs_page
 from server.runs import RunStatus
-from server.schemas import COMMON_ERRORS, CancelledRun, Run, RunPage, Snapshot, errors
+from server.schemas import (
+    COMMON_ERRORS,
+    CancelledRun,
+    Run,
+    RunPage,
+    Snapshot,
+    errors,
+    sse_frame_schema,
+)
 from server.snapshot import output_text
 from server.sse import event_stream
 from server.store import get_run, request_cancel, run_view
@@ -87,7 +95,7 @@ def _cursor(request: Request, after: int | None) -> int:
     responses={
         200: {
             "description": _STREAM_DESCRIPTION,
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": sse_frame_schema()}},
         },
         **errors(400, 404),
     },
