@@ -123,9 +123,7 @@ class RequestGuard:
         if "\x00" in scope["path"]:
             return _error(404, "not_found", "no such resource: the path contains a NUL character")
         if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-            return _error(
-                422, "invalid_request", "the query string contains a NUL character (%00)"
-            )
+            return _error(422, "invalid_request", "the query string contains a NUL character (%00)")
         return None
 
     def too_large_message(self, size: int | None = None) -> str:

@@ -63,9 +63,7 @@ async def get_approvals(
     return {"approvals": [approval_view(r) for r in rows]}
 
 
-@router.get(
-    "/api/approvals/{approval_id}", response_model=Approval, responses=errors(403, 404)
-)
+@router.get("/api/approvals/{approval_id}", response_model=Approval, responses=errors(403, 404))
 async def get_approval_route(
     request: Request, approval_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:

@@ -74,9 +74,7 @@ async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -
     }
 
 
-@router.put(
-    "/config", response_model=ToolConfigView, responses={**BODY_ERRORS, **errors(403)}
-)
+@router.put("/config", response_model=ToolConfigView, responses={**BODY_ERRORS, **errors(403)})
 async def put_tool_config(
     request: Request,
     body: Annotated[TenantToolConfig, CleanText],

@@ -9,8 +9,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 
 from server.auth import CurrentPrincipal, Principal
 from server.executor import run_budget
-from server.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
 from server.ledger import GroupBy, daily_usage, run_calls
+from server.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
 from server.store import get_run
 
 router = APIRouter(tags=["usage"], responses=COMMON_ERRORS)

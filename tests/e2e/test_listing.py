@@ -48,9 +48,7 @@ async def all_pages(client: httpx.AsyncClient, path: str, field: str) -> list[li
         assert len(pages) < 20, "the cursor never ran out"
 
 
-async def test_runs_come_in_cursor_pages_newest_first(
-    base_url: str, pool: Pool
-) -> None:
+async def test_runs_come_in_cursor_pages_newest_first(base_url: str, pool: Pool) -> None:
     async with await client_for(base_url, pool, "acme", "ann") as ann:
         conv = (await ann.post("/api/conversations", json={})).json()["conversationId"]
         posted = []
@@ -64,7 +62,7 @@ async def test_runs_come_in_cursor_pages_newest_first(
         pages = await all_pages(ann, f"/api/conversations/{conv}/runs", "run")
         assert pages == [posted[4:2:-1], posted[2:0:-1], posted[:1]]
         tenant_pages = await all_pages(ann, "/api/runs", "run")
-        assert sum(tenant_pages, []) == posted[::-1]
+        assert [run for page in tenant_pages for run in page] == posted[::-1]
 
 
 async def test_conversations_are_listed_per_tenant_a_page_at_a_time(
