@@ -84,7 +84,8 @@ def _cursor(request: Request, after: int | None) -> int:
     header = request.headers.get("last-event-id")
     if header is None or header == "":
         return 0
-    if not header.isdigit():
+    # isdigit() alone admits non-ASCII digits such as '²', which int() refuses.
+    if not (header.isascii() and header.isdigit()):
         raise HTTPException(400, f"Last-Event-ID must be an event seq (an integer), got {header!r}")
     return int(header)
 

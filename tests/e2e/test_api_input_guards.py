@@ -21,7 +21,7 @@ from server.auth import create_api_key
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
-from tests.support.live import serve
+from tests.support.live import read_sse, serve
 
 MAX_BODY = 8192
 
@@ -155,6 +155,21 @@ async def test_nul_in_a_query_parameter_is_a_json_422(
 ) -> None:
     error = error_of(await client.get(f"/api/usage?{query}"), 422)
     assert "NUL" in error["message"]
+
+
+@pytest.mark.parametrize("value", [b"\xb2", b"-1", b"1.5", b"seven"])
+async def test_a_last_event_id_that_is_not_a_seq_is_a_json_400(
+    client: httpx.AsyncClient, value: bytes
+) -> None:
+    conv = await a_conversation(client)
+    run = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": "hi", "model": "scripted:hi"}
+    )
+    response = await client.get(run.json()["streamUrl"], headers={"Last-Event-ID": value})
+    error = error_of(response, 400)
+    assert "Last-Event-ID" in error["message"]
+    # Let the run end, so later tests here see no events still being written.
+    await read_sse(client, run.json()["streamUrl"])
 
 
 async def test_an_unexpected_error_answers_json_500_without_internals(
