@@ -64,6 +64,7 @@ async def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        cwd=tmp_path,  # its crash cache goes there, not into the repository
         env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_TELEMETRY": "false"},
     )
     async with asyncio.timeout(MAX_TIME + 180):
