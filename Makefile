@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run test lint format typecheck bench bench-quick chaos clean
+.PHONY: help install run test lint format typecheck bench bench-quick chaos fuzz clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,10 @@ run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DAT
 
 test: install ## Run the whole test suite (real Postgres, scripted models)
 	$(BIN)/python -m pytest --basetemp=.pytest-tmp
+
+fuzz: install ## Schemathesis over /openapi.json against a real server on embedded Postgres (a few minutes)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_MAX_TIME=$${FUZZ_MAX_TIME:-240} \
+		$(BIN)/python -m pytest tests/e2e/test_openapi_fuzz.py -s --basetemp=.pytest-tmp
 
 lint: install ## ruff lint + format check, mypy
 	$(BIN)/ruff check .

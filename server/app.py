@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,12 +17,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.eventlog import RunFinishedError, RunNotFoundError
 from server.faults import install_fault_handlers
+from server.guards import RequestGuard
+from server.ids import new_id
 from server.models import ModelRegistry, UnknownModelError
+from server.pages import BadCursorError
 from server.pausing import RunForbiddenError, RunNotPausedError
 from server.routes import admin, approvals, conversations, health, observability, runs, usage
 from server.routes import tools as tools_routes
 from server.runs import IllegalTransitionError
 from server.runtime import open_runtime
+from server.schemas import errors
 from server.settings import Settings
 from server.sse import Feeds
 from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
@@ -31,8 +36,12 @@ from tools.mcp import McpCatalog
 from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
 
+log = logging.getLogger(__name__)
+
 
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    # A message may quote input; a lone surrogate in it would make the JSON unencodable.
+    message = message.encode("utf-8", "backslashreplace").decode()
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
 
@@ -44,12 +53,26 @@ def _describe_validation(exc: RequestValidationError) -> tuple[int, str, str]:
     parts = []
     for e in errors:
         where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {e.get('msg')}")
+        message = str(e.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
     return 422, "invalid_request", "; ".join(parts)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Answer every client error as `{"error": {"code", "message"}}` with an actionable message."""
+def _parse_failure(cause: BaseException) -> str:
+    if isinstance(cause, RecursionError):
+        return "the request body is not valid JSON (it nests too deeply)"
+    return f"the request body could not be read as JSON ({type(cause).__name__})"
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is too large; the limit is {limit} bytes (AGENTRT_MAX_BODY_BYTES)"
+
+
+def install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
+    """Answer every error as `{"error": {"code", "message"}}` with an actionable message.
+
+    Unexpected exceptions are logged with a request id and answered 500 without internals.
+    """
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -58,7 +81,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            # FastAPI turns any failure to parse the body into a bare 400; say why.
+            return _error(400, "invalid_json", _parse_failure(exc.__cause__))
+        if exc.status_code == 413 and exc.detail == "Content Too Large":
+            return _error(413, "too_large", _too_large(max_body_bytes))
         codes = {
+            400: "bad_request",
             401: "unauthorized",
             403: "forbidden",
             404: "not_found",
@@ -69,6 +98,24 @@ def install_error_handlers(app: FastAPI) -> None:
             429: "too_many",
         }
         return _error(exc.status_code, codes.get(exc.status_code, "error"), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        request_id = new_id("req")
+        log.error(
+            "unexpected error in %s %s (request %s)",
+            request.method,
+            request.url.path,
+            request_id,
+            exc_info=exc,
+        )
+        return _error(
+            500,
+            "internal_error",
+            f"the server failed unexpectedly; the logs have the details under request id "
+            f"{request_id}",
+            requestId=request_id,
+        )
 
     @app.exception_handler(RunNotFoundError)
     async def on_run_missing(_: Request, exc: RunNotFoundError) -> JSONResponse:
@@ -119,6 +166,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RunNotPausedError)
     async def on_not_paused(_: Request, exc: RunNotPausedError) -> JSONResponse:
         return _error(409, "not_paused", str(exc), runStatus=exc.status)
+
+    @app.exception_handler(BadCursorError)
+    async def on_bad_cursor(_: Request, exc: BadCursorError) -> JSONResponse:
+        return _error(422, "invalid_cursor", str(exc))
 
     @app.exception_handler(ToolConfigError)
     async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:
@@ -181,11 +232,17 @@ def create_app(
             app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep)
             yield
 
-    app = FastAPI(title="agentrt", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="agentrt",
+        version="0.1.0",
+        lifespan=lifespan,
+        responses=errors(500),
+    )
     app.state.settings = settings
     app.state.models = registry
     app.state.tools = tool_registry
-    install_error_handlers(app)
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes)
+    install_error_handlers(app, settings.max_body_bytes)
     install_fault_handlers(app)
     for router in (
         health.router,

@@ -33,7 +33,7 @@ from server.models import ModelRegistry
 from server.pausing import mark_paused
 from server.projection import STREAM_MODES, StreamProjector
 from server.settings import Settings
-from server.snapshot import output_text, streaming_item_ids
+from server.snapshot import output_text, streaming_items
 from server.tooling import run_toolbox
 from server.trace_callbacks import TraceCallbackHandler
 from server.tracing import RunInfo, Tracing
@@ -170,11 +170,16 @@ async def execute_run(
         writer.emit(kind, data)
 
     projector = StreamProjector(emit, {i["itemId"]: i["status"] for i in head.snapshot["items"]})
-    for item_id in streaming_item_ids(head.snapshot):
+    for item in streaming_items(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(
             "message.item.completed",
-            {"itemId": item_id, "status": "superseded", "reason": "attempt abandoned"},
+            {
+                "itemId": item["itemId"],
+                "status": "superseded",
+                "text": item["text"],
+                "reason": "attempt abandoned",
+            },
         )
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     info = RunInfo(run["id"], run["conversation_id"], run["tenant_id"], head.attempt)

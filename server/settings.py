@@ -100,6 +100,10 @@ class Settings(BaseSettings):
     budget_max_cost: Decimal | None = Field(default=None, ge=0)
     budget_max_model_calls: int | None = Field(default=None, ge=1)
     max_message_chars: int = 100_000
+    # Request bodies over this are refused with 413 before they are read (or while read).
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    # A conversation's metadata, as JSON; it is returned on every read of the conversation.
+    max_metadata_bytes: int = Field(default=16_384, ge=0)
 
     fetch_allowlist: list[str] = ["example.com", "httpbin.org"]
     # Extra tools to load, as "package.module:attribute" (a BaseTool or a list of them).

@@ -172,4 +172,9 @@ def output_text(snap: Snapshot) -> str:
 
 def streaming_item_ids(snap: Snapshot) -> list[str]:
     """Return the ids of message items that were started but never completed."""
-    return [i["itemId"] for i in snap["items"] if i["status"] == "streaming"]
+    return [i["itemId"] for i in streaming_items(snap)]
+
+
+def streaming_items(snap: Snapshot) -> list[dict[str, Any]]:
+    """Return the message items that were started but never completed, with their text."""
+    return [i for i in snap["items"] if i["status"] == "streaming"]

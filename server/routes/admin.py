@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 
 from server.auth import CurrentPrincipal, Principal
+from server.schemas import COMMON_ERRORS, QueueView, errors
 
-router = APIRouter(prefix="/api/admin", tags=["admin"])
+router = APIRouter(prefix="/api/admin", tags=["admin"], responses=COMMON_ERRORS)
 
 
 def require_admin(who: Principal) -> None:
@@ -17,7 +18,7 @@ def require_admin(who: Principal) -> None:
         raise HTTPException(403, "this endpoint needs the admin role")
 
 
-@router.get("/queue")
+@router.get("/queue", response_model=QueueView, responses=errors(403))
 async def queue(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
     """Say how the queue and the workers are doing, across all tenants."""
     require_admin(who)

@@ -16,11 +16,13 @@ from server.approvals import (
     run_approvals,
 )
 from server.auth import CurrentPrincipal, Principal
+from server.guards import CleanText
+from server.schemas import BODY_ERRORS, COMMON_ERRORS, Approval, ApprovalList, errors
 from server.tooling import principal_toolbox
 from tools.errors import ToolCallError
 from tools.validation import validate_args
 
-router = APIRouter(tags=["approvals"])
+router = APIRouter(tags=["approvals"], responses=COMMON_ERRORS)
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "edited", "expired", "cancelled"]
 
@@ -47,7 +49,7 @@ class DecisionIn(BaseModel):
         return self
 
 
-@router.get("/api/approvals")
+@router.get("/api/approvals", response_model=ApprovalList, responses=errors(403))
 async def get_approvals(
     request: Request,
     status: Annotated[ApprovalStatus | None, Query(description="e.g. pending")] = None,
@@ -61,7 +63,7 @@ async def get_approvals(
     return {"approvals": [approval_view(r) for r in rows]}
 
 
-@router.get("/api/approvals/{approval_id}")
+@router.get("/api/approvals/{approval_id}", response_model=Approval, responses=errors(403, 404))
 async def get_approval_route(
     request: Request, approval_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -69,7 +71,7 @@ async def get_approval_route(
     return approval_view(await get_approval(request.app.state.pool, who, approval_id))
 
 
-@router.get("/api/runs/{run_id}/approvals")
+@router.get("/api/runs/{run_id}/approvals", response_model=ApprovalList, responses=errors(404))
 async def get_run_approvals(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -78,9 +80,16 @@ async def get_run_approvals(
     return {"approvals": [approval_view(r) for r in rows]}
 
 
-@router.post("/api/approvals/{approval_id}")
+@router.post(
+    "/api/approvals/{approval_id}",
+    response_model=Approval,
+    responses={**BODY_ERRORS, **errors(403, 404, 409)},
+)
 async def post_decision(
-    request: Request, approval_id: str, body: DecisionIn, who: Principal = CurrentPrincipal
+    request: Request,
+    approval_id: str,
+    body: Annotated[DecisionIn, CleanText],
+    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Decide a pending approval; the run resumes once all its pending approvals are decided."""
     pool = request.app.state.pool

@@ -5,25 +5,36 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, HTTPException, Request, Response, status
+from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from server.auth import CurrentPrincipal, Principal
+from server.guards import CleanText, is_blank, metadata_problem
 from server.idempotency import HEADER as IDEMPOTENCY_HEADER
 from server.idempotency import idempotency_key
+from server.pages import conversations_page, runs_page
 from server.routing import pick_model
+from server.schemas import (
+    BODY_ERRORS,
+    COMMON_ERRORS,
+    Conversation,
+    ConversationPage,
+    MessageList,
+    RunAccepted,
+    RunPage,
+    errors,
+)
 from server.store import (
     accept_message,
     conversation_view,
     create_conversation,
     get_conversation,
     list_messages,
-    list_runs,
     message_view,
     run_view,
 )
 
-router = APIRouter(prefix="/api/conversations", tags=["conversations"])
+router = APIRouter(prefix="/api/conversations", tags=["conversations"], responses=COMMON_ERRORS)
 
 
 class ConversationIn(BaseModel):
@@ -43,7 +54,7 @@ class RunOptions(BaseModel):
 
     max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
     timeout_seconds: float | None = Field(
-        default=None, gt=0, le=7 * 24 * 3600, alias="timeoutSeconds"
+        default=None, gt=0, le=7 * 24 * 3600, allow_inf_nan=False, alias="timeoutSeconds"
     )
     tools: list[str] | None = Field(
         default=None, description="Only these tools (of those the tenant allows) for this run."
@@ -52,7 +63,7 @@ class RunOptions(BaseModel):
         default=None, description="Capabilities the run needs (e.g. 'reasoning'), for routing."
     )
     max_tokens: int | None = Field(default=None, ge=1, alias="maxTokens")
-    max_cost: Decimal | None = Field(default=None, ge=0, alias="maxCost")
+    max_cost: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False, alias="maxCost")
     max_model_calls: int | None = Field(default=None, ge=1, alias="maxModelCalls")
 
 
@@ -72,14 +83,22 @@ class MessageIn(BaseModel):
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=Conversation,
+    responses=BODY_ERRORS,
+)
 async def post_conversation(
     request: Request,
-    body: Annotated[ConversationIn | None, Body()] = None,
+    body: Annotated[ConversationIn | None, CleanText, Body()] = None,
     who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Create a conversation (a LangGraph thread)."""
     body = body or ConversationIn()
+    problem = metadata_problem(body.metadata, request.app.state.settings.max_metadata_bytes)
+    if problem is not None:
+        raise HTTPException(422, problem)
     if body.model is not None:
         request.app.state.models.validate(body.model)
     row = await create_conversation(
@@ -88,7 +107,19 @@ async def post_conversation(
     return conversation_view(row)
 
 
-@router.get("/{conversation_id}")
+@router.get("", response_model=ConversationPage)
+async def get_conversations(
+    request: Request,
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
+    who: Principal = CurrentPrincipal,
+) -> dict[str, Any]:
+    """List the tenant's conversations, newest first, a page at a time."""
+    rows, next_cursor = await conversations_page(request.app.state.pool, who, cursor, limit)
+    return {"conversations": [conversation_view(r) for r in rows], "nextCursor": next_cursor}
+
+
+@router.get("/{conversation_id}", response_model=Conversation, responses=errors(404))
 async def get_conversation_route(
     request: Request, conversation_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -97,12 +128,17 @@ async def get_conversation_route(
         return conversation_view(await get_conversation(conn, who, conversation_id))
 
 
-@router.post("/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/{conversation_id}/messages",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunAccepted,
+    responses={**BODY_ERRORS, **errors(404, 409, 429)},
+)
 async def post_message(
     request: Request,
     response: Response,
     conversation_id: str,
-    body: MessageIn,
+    body: Annotated[MessageIn, CleanText],
     who: Principal = CurrentPrincipal,
     key: Annotated[
         str | None,
@@ -116,8 +152,10 @@ async def post_message(
 ) -> dict[str, Any]:
     """Store a user message and queue a run for it; answers at once."""
     settings = request.app.state.settings
-    if not body.content.strip():
-        raise HTTPException(422, "content must not be empty")
+    if is_blank(body.content):
+        raise HTTPException(
+            422, "content must not be empty (it has only spaces or invisible characters)"
+        )
     if len(body.content) > settings.max_message_chars:
         raise HTTPException(
             413,
@@ -159,16 +197,21 @@ async def post_message(
     return accepted
 
 
-@router.get("/{conversation_id}/runs")
+@router.get("/{conversation_id}/runs", response_model=RunPage, responses=errors(404))
 async def get_conversation_runs(
-    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+    request: Request,
+    conversation_id: str,
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
+    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
-    """List the conversation's runs, newest first."""
-    rows = await list_runs(request.app.state.pool, who, conversation_id)
-    return {"runs": [run_view(r) for r in rows]}
+    """List the conversation's runs, newest first, a page at a time."""
+    pool = request.app.state.pool
+    rows, next_cursor = await runs_page(pool, who, conversation_id, cursor, limit)
+    return {"runs": [run_view(r) for r in rows], "nextCursor": next_cursor}
 
 
-@router.get("/{conversation_id}/messages")
+@router.get("/{conversation_id}/messages", response_model=MessageList, responses=errors(404))
 async def get_conversation_messages(
     request: Request, conversation_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:

@@ -7,16 +7,22 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from server.schemas import Health, Readiness
+
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=Health)
 async def healthz() -> dict[str, str]:
     """Say the process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=None)
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Not ready; `checks` says why."}},
+)
 async def readyz(request: Request) -> dict[str, Any] | JSONResponse:
     """Say whether the database answers and live notifications are connected."""
     checks: dict[str, Any] = {}

@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from server.auth import CurrentPrincipal, Principal
 from server.routes.admin import require_admin
+from server.schemas import COMMON_ERRORS, Trace, errors
 from server.store import get_run
 from server.traces import load_payload, load_trace
 
-router = APIRouter(tags=["observability"])
+router = APIRouter(tags=["observability"], responses=COMMON_ERRORS)
 
 
-@router.get("/api/runs/{run_id}/trace")
+@router.get("/api/runs/{run_id}/trace", response_model=Trace, responses=errors(404))
 async def get_trace(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -27,7 +28,11 @@ async def get_trace(
         return await load_trace(conn, run)
 
 
-@router.get("/api/runs/{run_id}/trace/spans/{span_id}/{kind}")
+@router.get(
+    "/api/runs/{run_id}/trace/spans/{span_id}/{kind}",
+    response_model=dict[str, Any],
+    responses=errors(404),
+)
 async def get_payload(
     request: Request,
     run_id: str,
@@ -44,7 +49,12 @@ async def get_payload(
     return payload
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses=errors(403),
+    description="Prometheus text exposition format (role `admin`).",
+)
 async def metrics(request: Request, who: Principal = CurrentPrincipal) -> Response:
     """Prometheus metrics of this process, with run and queue gauges read from the database."""
     require_admin(who)

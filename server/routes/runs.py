@@ -9,26 +9,58 @@ from fastapi.responses import StreamingResponse
 
 from server.auth import CurrentPrincipal, Principal
 from server.pausing import request_pause, request_resume
+from server.pages import runs_page
 from server.runs import RunStatus
+from server.schemas import (
+    COMMON_ERRORS,
+    CancelledRun,
+    PausedRun,
+    Run,
+    RunPage,
+    Snapshot,
+    errors,
+    sse_frame_schema,
+)
 from server.snapshot import output_text
 from server.sse import event_stream
-from server.store import get_run, list_runs, request_cancel, run_view
+from server.store import get_run, request_cancel, run_view
 
-router = APIRouter(prefix="/api/runs", tags=["runs"])
+router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
+
+_STREAM_DESCRIPTION = """Server-sent events, one frame per stored event, in `seq` order:
+
+```
+id: <seq>
+event: <type>
+data: {"seq": <seq>, "type": "<type>", "runId": "...", "ts": "<ISO 8601>", "data": {...}}
+```
+
+Replays the events after `after` (or the `Last-Event-ID` header), then streams live ones
+and closes after the run's terminal event (`run.completed`, `run.failed`, `run.cancelled`).
+Comment lines (`: heartbeat`) keep idle connections open. Event types and their `data`
+are listed in docs/events.md.
+"""
 
 
-@router.get("")
+class EventStreamResponse(StreamingResponse):
+    """A `text/event-stream` response (declares the media type in the OpenAPI schema)."""
+
+    media_type = "text/event-stream"
+
+
+@router.get("", response_model=RunPage)
 async def get_runs(
     request: Request,
     limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
     who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
-    """List the tenant's runs, newest first."""
-    rows = await list_runs(request.app.state.pool, who, limit=limit)
-    return {"runs": [run_view(r) for r in rows]}
+    """List the tenant's runs, newest first, a page at a time."""
+    rows, next_cursor = await runs_page(request.app.state.pool, who, None, cursor, limit)
+    return {"runs": [run_view(r) for r in rows], "nextCursor": next_cursor}
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", response_model=Run, responses=errors(404))
 async def get_run_route(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -37,7 +69,7 @@ async def get_run_route(
         return run_view(await get_run(conn, who, run_id))
 
 
-@router.get("/{run_id}/snapshot")
+@router.get("/{run_id}/snapshot", response_model=Snapshot, responses=errors(404))
 async def get_snapshot(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -54,12 +86,23 @@ def _cursor(request: Request, after: int | None) -> int:
     header = request.headers.get("last-event-id")
     if header is None or header == "":
         return 0
-    if not header.isdigit():
+    # isdigit() alone admits non-ASCII digits such as '²', which int() refuses.
+    if not (header.isascii() and header.isdigit()):
         raise HTTPException(400, f"Last-Event-ID must be an event seq (an integer), got {header!r}")
     return int(header)
 
 
-@router.get("/{run_id}/events")
+@router.get(
+    "/{run_id}/events",
+    response_class=EventStreamResponse,
+    responses={
+        200: {
+            "description": _STREAM_DESCRIPTION,
+            "content": {"text/event-stream": {"schema": sse_frame_schema()}},
+        },
+        **errors(400, 404),
+    },
+)
 async def get_events(
     request: Request,
     run_id: str,
@@ -81,14 +124,15 @@ async def get_events(
         page=settings.sse_replay_page,
         connections=request.app.state.runtime.metrics.sse_connections,
     )
-    return StreamingResponse(
+    return EventStreamResponse(
         stream,
-        media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-@router.post("/{run_id}/cancel", status_code=202)
+@router.post(
+    "/{run_id}/cancel", status_code=202, response_model=CancelledRun, responses=errors(404, 409)
+)
 async def cancel_run(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -101,14 +145,9 @@ async def cancel_run(
     return view
 
 
-_CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: {"description": "The caller is neither the run's owner nor a tenant admin."},
-    404: {"description": "No such run in the caller's tenant."},
-    409: {"description": "The run already ended (or, for resume, is not paused)."},
-}
-
-
-@router.post("/{run_id}/pause", status_code=202, responses=_CONTROL_ERRORS)
+@router.post(
+    "/{run_id}/pause", status_code=202, response_model=PausedRun, responses=errors(403, 404, 409)
+)
 async def pause_run(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -122,7 +161,7 @@ async def pause_run(
     return view
 
 
-@router.post("/{run_id}/resume", responses=_CONTROL_ERRORS)
+@router.post("/{run_id}/resume", response_model=Run, responses=errors(403, 404, 409))
 async def resume_run(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:

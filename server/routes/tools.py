@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Request
 
 from server.auth import CurrentPrincipal, Principal
+from server.guards import CleanText
+from server.schemas import BODY_ERRORS, COMMON_ERRORS, ToolConfigView, ToolList, errors
 from server.tooling import check_overlay, load_overlay, principal_toolbox, store_overlay
 from tools.config import TenantToolConfig
 from tools.policy import approval_reason
 
-router = APIRouter(prefix="/api/tools", tags=["tools"])
+router = APIRouter(prefix="/api/tools", tags=["tools"], responses=COMMON_ERRORS)
 
 
 def _require_admin(who: Principal) -> None:
@@ -27,7 +29,7 @@ def _hide_secrets(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-@router.get("")
+@router.get("", response_model=ToolList)
 async def get_tools(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
     """List the tenant's tools: policy, whether the caller's runs may call them, schemas."""
     toolbox = await principal_toolbox(request.app.state.tools, request.app.state.pool, who)
@@ -57,7 +59,7 @@ async def get_tools(request: Request, who: Principal = CurrentPrincipal) -> dict
     return {"tools": tools, "unavailable": unavailable}
 
 
-@router.get("/config")
+@router.get("/config", response_model=ToolConfigView, responses=errors(403))
 async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
     """Return the tenant's stored overlay and the effective config (secrets hidden)."""
     _require_admin(who)
@@ -72,9 +74,11 @@ async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -
     }
 
 
-@router.put("/config")
+@router.put("/config", response_model=ToolConfigView, responses={**BODY_ERRORS, **errors(403)})
 async def put_tool_config(
-    request: Request, body: TenantToolConfig, who: Principal = CurrentPrincipal
+    request: Request,
+    body: Annotated[TenantToolConfig, CleanText],
+    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Replace the tenant's overlay on the operator's tool config (tenant admins only)."""
     _require_admin(who)

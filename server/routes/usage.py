@@ -10,14 +10,15 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from server.auth import CurrentPrincipal, Principal
 from server.executor import run_budget
 from server.ledger import GroupBy, daily_usage, run_calls
+from server.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
 from server.store import get_run
 
-router = APIRouter(tags=["usage"])
+router = APIRouter(tags=["usage"], responses=COMMON_ERRORS)
 
 MAX_DAYS = 366
 
 
-@router.get("/api/runs/{run_id}/usage")
+@router.get("/api/runs/{run_id}/usage", response_model=RunUsage, responses=errors(404))
 async def get_run_usage(
     request: Request, run_id: str, who: Principal = CurrentPrincipal
 ) -> dict[str, Any]:
@@ -34,7 +35,7 @@ async def get_run_usage(
     }
 
 
-@router.get("/api/usage")
+@router.get("/api/usage", response_model=UsageReport, responses=errors(403))
 async def get_usage(
     request: Request,
     start: Annotated[date | None, Query(alias="from", description="First UTC day.")] = None,
@@ -70,13 +71,13 @@ async def get_usage(
     }
 
 
-@router.get("/api/models")
+@router.get("/api/models", response_model=ModelsView)
 async def get_models(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
     """Say which providers, fallbacks and routing rules this server has (never keys)."""
     return dict(request.app.state.models.describe())
 
 
-@router.get("/api/models/circuits")
+@router.get("/api/models/circuits", response_model=Circuits)
 async def get_circuits(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
     """Return the circuit breaker of every model this process has called."""
     breakers = request.app.state.models.breakers

@@ -20,7 +20,13 @@ from server.app import create_app
 from server.db import Pool
 from server.models import ModelRegistry
 from server.settings import Settings
-from tests.support.live import SseEvent, read_sse, rebuild_output, serve
+from tests.support.live import (
+    SseEvent,
+    assert_items_carry_their_text,
+    read_sse,
+    rebuild_output,
+    serve,
+)
 from tests.support.processes import WorkerProcess, worker_env, workers, write_scripts
 
 # Deadlines are generous: the suite must pass on a loaded 2-core machine beside another suite.
@@ -131,6 +137,7 @@ async def check_consistent(client: httpx.AsyncClient, run_id: str) -> list[SseEv
         "messages"
     ]
     assert rebuild_output(events) == snap["output"] == messages[-1]["content"]
+    assert_items_carry_their_text(events)
     return events
 
 

@@ -141,3 +141,14 @@ async def wait_for_status(
             if run["status"] == status:
                 return run
             await asyncio.sleep(0.05)
+
+
+def assert_items_carry_their_text(events: list[SseEvent]) -> None:
+    """Check every `message.item.completed` carries `text` equal to its deltas (any status)."""
+    streamed: dict[str, str] = {}
+    for e in events:
+        data = e.data["data"]
+        if e.event == "message.item.delta":
+            streamed[data["itemId"]] = streamed.get(data["itemId"], "") + data["delta"]
+        elif e.event == "message.item.completed" and data["itemId"] in streamed:
+            assert data.get("text") == streamed[data["itemId"]], (e.id, data)

@@ -1,0 +1,274 @@
+"""Hostile input over real HTTP: NUL, lone surrogates, oversized bodies, odd JSON.
+
+Every refusal is a 4xx JSON error that names the problem, and stores nothing; a fault no
+handler expects still answers JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from nodes.models.scripted import ScriptedTurn
+from server.app import create_app
+from server.auth import create_api_key
+from server.db import Pool
+from server.models import ModelRegistry
+from server.settings import Settings
+from tests.support.live import read_sse, serve
+
+MAX_BODY = 8192
+
+
+class DeliberateError(RuntimeError):
+    """Raised by the test-only route to stand for a bug no handler expects."""
+
+
+async def _fail() -> dict[str, Any]:
+    raise DeliberateError("secret internals: /srv/agentrt password=hunter2")
+
+
+@pytest.fixture(scope="module")
+def app(settings: Settings) -> FastAPI:
+    secured = settings.model_copy(
+        update={
+            "auth_enabled": True,
+            "max_message_chars": 1000,
+            "max_body_bytes": MAX_BODY,
+            "max_metadata_bytes": 512,
+        }
+    )
+    models = ModelRegistry(secured, {"hi": [ScriptedTurn(text="hello")]})
+    app = create_app(secured, models=models)
+    app.add_api_route("/test/fail", _fail)
+    return app
+
+
+@pytest.fixture(scope="module")
+async def base_url(app: FastAPI) -> AsyncIterator[str]:
+    async with serve(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+async def key(pool: Pool, base_url: str) -> str:
+    return await create_api_key(pool, "tenant-g", "gina", ["admin"])
+
+
+@pytest.fixture
+async def client(base_url: str, key: str) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as c:
+        yield c
+
+
+async def counts(pool: Pool) -> dict[str, int]:
+    async with pool.connection() as conn:
+        out = {}
+        for table in ("conversations", "messages", "runs", "run_events", "tenant_tool_configs"):
+            cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")
+            row = await cur.fetchone()
+            assert row is not None
+            out[table] = row["n"]
+        return out
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json", response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert set(error) >= {"code", "message"}
+    return error
+
+
+async def a_conversation(client: httpx.AsyncClient) -> str:
+    response = await client.post("/api/conversations", json={})
+    assert response.status_code == 201, response.text
+    return str(response.json()["conversationId"])
+
+
+NUL, SURROGATE = "\\u0000", "\\ud800"
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE])
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        ("conv", '{"title": "a%sb"}'),
+        ("conv", '{"model": "demo%s"}'),
+        ("conv", '{"metadata": {"k": ["ok", "v%s"]}}'),
+        ("conv", '{"metadata": {"k%s": 1}}'),
+        ("message", '{"content": "hi %s there"}'),
+        ("message", '{"content": "hi", "model": "demo%s"}'),
+        ("message", '{"content": "hi", "options": {"tools": ["x%s"]}}'),
+        ("tools", '{"allow": ["calculator%s"]}'),
+    ],
+)
+async def test_nul_and_lone_surrogates_in_bodies_are_422_and_store_nothing(
+    client: httpx.AsyncClient, pool: Pool, bad: str, path: str, template: str
+) -> None:
+    conv = await a_conversation(client)
+    method, url = {
+        "conv": ("POST", "/api/conversations"),
+        "message": ("POST", f"/api/conversations/{conv}/messages"),
+        "tools": ("PUT", "/api/tools/config"),
+    }[path]
+    before = await counts(pool)
+    response = await client.request(
+        method,
+        url,
+        content=(template % bad).encode(),
+        headers={"content-type": "application/json"},
+    )
+    error = error_of(response, 422)
+    assert error["code"] == "invalid_request"
+    assert ("NUL" if bad == NUL else "lone surrogate") in error["message"]
+    assert await counts(pool) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/runs/run_%00",
+        "/api/runs/run_%00/snapshot",
+        "/api/runs/run_%00/events",
+        "/api/conversations/conv_%00",
+        "/api/conversations/conv_%00/runs",
+        "/api/approvals/apr_%00",
+    ],
+)
+async def test_nul_in_a_path_id_is_a_json_404(client: httpx.AsyncClient, path: str) -> None:
+    error = error_of(await client.get(path), 404)
+    assert error["code"] == "not_found"
+    assert "NUL" in error["message"]
+
+
+@pytest.mark.parametrize("query", ["userId=%00", "userId=a%00b&groupBy=user"])
+async def test_nul_in_a_query_parameter_is_a_json_422(
+    client: httpx.AsyncClient, query: str
+) -> None:
+    error = error_of(await client.get(f"/api/usage?{query}"), 422)
+    assert "NUL" in error["message"]
+
+
+@pytest.mark.parametrize("value", [b"\xb2", b"-1", b"1.5", b"seven"])
+async def test_a_last_event_id_that_is_not_a_seq_is_a_json_400(
+    client: httpx.AsyncClient, value: bytes
+) -> None:
+    conv = await a_conversation(client)
+    run = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": "hi", "model": "scripted:hi"}
+    )
+    response = await client.get(run.json()["streamUrl"], headers={"Last-Event-ID": value})
+    error = error_of(response, 400)
+    assert "Last-Event-ID" in error["message"]
+    # Let the run end, so later tests here see no events still being written.
+    await read_sse(client, run.json()["streamUrl"])
+
+
+async def test_an_unexpected_error_answers_json_500_without_internals(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/test/fail")
+    error = error_of(response, 500)
+    assert error["code"] == "internal_error"
+    assert error["requestId"] in error["message"]
+    assert "hunter2" not in response.text and "DeliberateError" not in response.text
+
+
+async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(
+    base_url: str, key: str
+) -> None:
+    # Headers only: a server that waited for the body would never answer.
+    url = urlsplit(base_url)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    try:
+        writer.write(
+            b"POST /api/conversations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {key}\r\nContent-Length: 10000000\r\n\r\n".encode()
+        )
+        await writer.drain()
+        async with asyncio.timeout(30):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 413"), head
+            length = int(
+                next(
+                    line.split(b":")[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+            )
+            body = await reader.readexactly(length)
+    finally:
+        writer.close()
+    assert b'"too_large"' in body and b"AGENTRT_MAX_BODY_BYTES" in body
+
+
+async def test_a_streamed_body_over_the_limit_is_413_json_and_stores_nothing(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"metadata": {"k": "'
+        for _ in range(MAX_BODY // 1024 + 2):
+            yield b"x" * 1024
+        yield b'"}}'
+
+    before = await counts(pool)
+    response = await client.post(
+        "/api/conversations", content=chunks(), headers={"content-type": "application/json"}
+    )
+    error = error_of(response, 413)
+    assert error["code"] == "too_large"
+    assert str(MAX_BODY) in error["message"]
+    assert await counts(pool) == before
+
+
+@pytest.mark.parametrize(
+    ("metadata", "words"),
+    [
+        ({"k": "x" * 600}, "the limit is 512"),
+        ({"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}, "levels deep"),
+    ],
+)
+async def test_metadata_is_bounded_in_size_and_depth(
+    client: httpx.AsyncClient, pool: Pool, metadata: dict[str, Any], words: str
+) -> None:
+    before = await counts(pool)
+    error = error_of(await client.post("/api/conversations", json={"metadata": metadata}), 422)
+    assert words in error["message"]
+    assert await counts(pool) == before
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "words"),
+    [
+        (b'{"content": "\\u200b\\u200b\\u2060\\ufeff"}', 422, "invalid_request", "invisible"),
+        (
+            b'{"content": "hi", "options": {"timeoutSeconds": NaN}}',
+            422,
+            "invalid_request",
+            "finite number",
+        ),
+        (b'{"content": "hi", "options": {"maxCost": Infinity}}', 422, "invalid_request", "finite"),
+        # Under the body cap, yet deeper than the JSON parser's recursion limit.
+        (b"[" * 4000 + b"]" * 4000, 400, "invalid_json", "nests too deeply"),
+    ],
+)
+async def test_odd_messages_get_the_right_code_and_message(
+    base_url: str, key: str, pool: Pool, body: bytes, status: int, code: str, words: str
+) -> None:
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client:
+        conv = await a_conversation(client)
+        before = await counts(pool)
+        response = await client.post(f"/api/conversations/{conv}/messages", content=body)
+    error = error_of(response, status)
+    assert error["code"] == code
+    assert words in error["message"]
+    assert await counts(pool) == before
