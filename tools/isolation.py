@@ -40,15 +40,29 @@ _CONTEXT.set_forkserver_preload(
 )
 
 
+def _nothing() -> None:
+    """Do nothing (in a child, to see the forkserver answer)."""
+
+
+def ensure_forkserver() -> None:
+    """Start the forkserver unless it runs, and wait until it has imported its preloads.
+
+    Blocking: it serves no fork before its preloads are imported, so this forks one child
+    that does nothing and waits for it.
+    """
+    child = _CONTEXT.Process(target=_nothing, name="forkserver warm-up")
+    child.start()
+    child.join()
+    child.close()
+
+
 def start_forkserver() -> None:
     """Start the forkserver in the background, so a tool's first call does not wait for it.
 
     Starting it imports the preloaded modules in a new interpreter, which can take seconds on
     a busy machine: time that would otherwise count against the first call's timeout.
     """
-    from multiprocessing import forkserver
-
-    threading.Thread(target=forkserver.ensure_running, name="forkserver", daemon=True).start()
+    threading.Thread(target=ensure_forkserver, name="forkserver", daemon=True).start()
 
 
 def tool_reference(tool: BaseTool) -> tuple[str, str]:
