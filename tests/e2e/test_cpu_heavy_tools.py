@@ -46,7 +46,7 @@ async def base_url(
         lease_seconds=LEASE_S,
         worker_poll_seconds=0.5,
     )
-    async with server_process(env) as url:
+    async with server_process(env, folder / "server.log") as url:
         yield url
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 
@@ -14,12 +15,15 @@ from tests.support.processes import ROOT
 
 
 @contextlib.asynccontextmanager
-async def server_process(env: dict[str, str], limit_s: float = 90) -> AsyncIterator[str]:
-    """Start `python -m server.cli serve` on a free port; yield its base URL once it answers.
+async def server_process(
+    env: dict[str, str], log: Path, limit_s: float = 120
+) -> AsyncIterator[str]:
+    """Start `python -m server.cli serve` on a free port; yield its base URL once it is ready.
 
-    The process is killed at the end; its output is printed if it fails to start.
+    Its output goes to `log` (quoted when it fails to start); it is killed at the end.
     """
     port = free_port()
+    output = log.open("wb")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -31,21 +35,26 @@ async def server_process(env: dict[str, str], limit_s: float = 90) -> AsyncItera
         str(port),
         cwd=ROOT,
         env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stdout=output,
+        stderr=asyncio.subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         async with asyncio.timeout(limit_s), httpx.AsyncClient(base_url=url, timeout=5) as c:
             while True:
                 if proc.returncode is not None:
-                    raise RuntimeError(f"agentrt serve exited with code {proc.returncode}")
+                    tail = log.read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"agentrt serve exited ({proc.returncode}):\n{tail}")
                 with contextlib.suppress(httpx.TransportError):
                     if (await c.get("/readyz")).status_code == 200:
                         break
                 await asyncio.sleep(0.2)
         yield url
+    except TimeoutError:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"agentrt serve was not ready in {limit_s:g} s:\n{tail}") from None
     finally:
         if proc.returncode is None:
             proc.kill()
         await asyncio.wait_for(proc.wait(), 30)
+        output.close()
