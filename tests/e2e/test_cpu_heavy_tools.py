@@ -18,7 +18,7 @@ from tests.support.live import read_sse, wait_for_event
 from tests.support.processes import worker_env, write_scripts
 from tests.support.server_process import server_process
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(300)
 
 ENDED = ("completed", "failed", "cancelled")
 LEASE_S = 3.0

@@ -142,7 +142,9 @@ async def test_a_tenant_admin_sees_the_workers_running_its_runs_without_their_ho
 ) -> None:
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT id FROM workers LIMIT 1")
-        worker = (await cur.fetchone())["id"]
+        row = await cur.fetchone()
+        assert row is not None
+        worker = row["id"]
         # A run of tenant-a held by that worker, as it is while a model call streams.
         await conn.execute(
             "UPDATE runs SET status = 'running', lease_owner = %s,"

@@ -16,7 +16,7 @@ from tests.support.processes import ROOT
 
 @contextlib.asynccontextmanager
 async def server_process(
-    env: dict[str, str], log: Path, limit_s: float = 120
+    env: dict[str, str], log: Path, limit_s: float = 180
 ) -> AsyncIterator[str]:
     """Start `python -m server.cli serve` on a free port; yield its base URL once it is ready.
 
@@ -40,21 +40,32 @@ async def server_process(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        async with asyncio.timeout(limit_s), httpx.AsyncClient(base_url=url, timeout=5) as c:
-            while True:
-                if proc.returncode is not None:
-                    tail = log.read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"agentrt serve exited ({proc.returncode}):\n{tail}")
-                with contextlib.suppress(httpx.TransportError):
-                    if (await c.get("/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.2)
+        try:
+            await _wait_ready(proc, url, limit_s)
+        except TimeoutError:
+            raise AssertionError(
+                f"agentrt serve not ready in {limit_s:g} s:\n{_tail(log)}"
+            ) from None
+        except RuntimeError as exc:
+            raise AssertionError(f"{exc}:\n{_tail(log)}") from None
         yield url
-    except TimeoutError:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise AssertionError(f"agentrt serve was not ready in {limit_s:g} s:\n{tail}") from None
     finally:
         if proc.returncode is None:
             proc.kill()
         await asyncio.wait_for(proc.wait(), 30)
         output.close()
+
+
+async def _wait_ready(proc: asyncio.subprocess.Process, url: str, limit_s: float) -> None:
+    async with asyncio.timeout(limit_s), httpx.AsyncClient(base_url=url, timeout=5) as client:
+        while True:
+            if proc.returncode is not None:
+                raise RuntimeError(f"agentrt serve exited with code {proc.returncode}")
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get("/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.2)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
