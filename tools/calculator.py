@@ -134,6 +134,11 @@ def evaluate(expression: str) -> int | float:
         )
     try:
         tree = ast.parse(expression.replace("^", "**"), mode="eval")
+    except (MemoryError, RecursionError):  # the parser's own depth limits
+        raise ToolException(f"cannot evaluate {expression!r}: it is nested too deeply") from None
+    except SyntaxError as exc:
+        raise ToolException(f"cannot evaluate {expression!r}: {exc.msg}") from None
+    try:
         return _walk(tree)  # type: ignore[no-any-return]
     except ResultTooLargeError as exc:
         raise ToolException(f"cannot evaluate {expression!r}: {exc}") from None
@@ -143,9 +148,8 @@ def evaluate(expression: str) -> int | float:
         raise ToolException(f"cannot evaluate {expression!r}: it is nested too deeply") from None
     except ZeroDivisionError:
         raise ToolException(f"cannot evaluate {expression!r}: division by zero") from None
-    except (SyntaxError, ValueError, TypeError) as exc:
-        reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-        raise ToolException(f"cannot evaluate {expression!r}: {reason}") from None
+    except (ValueError, TypeError) as exc:
+        raise ToolException(f"cannot evaluate {expression!r}: {exc}") from None
 
 
 @tool

@@ -104,6 +104,29 @@ async def test_a_tool_that_is_not_cpu_heavy_runs_in_this_process(tmp_path: Path)
     assert int(pid_file.read_text()) == os.getpid()
 
 
+async def test_a_synchronous_tool_runs_off_the_event_loop() -> None:
+    from tools.spec import agent_tool
+
+    @agent_tool
+    def nap(seconds: float) -> str:
+        """Sleep (blocking), then say so.
+
+        Args:
+            seconds: How long.
+        """
+        time.sleep(seconds)
+        return "rested"
+
+    ticker = Ticker()
+    ticks = asyncio.create_task(ticker.run())
+    try:
+        result = await call(nap, {"seconds": 2.0})
+    finally:
+        ticks.cancel()
+    assert result.output == "rested"
+    assert ticker.longest_gap < 1.0, ticker.longest_gap
+
+
 def test_a_cpu_heavy_tool_must_be_defined_at_module_level() -> None:
     from tools.spec import agent_tool
 
