@@ -44,25 +44,31 @@ def _nothing() -> None:
     """Do nothing (in a child, to see the forkserver answer)."""
 
 
+_started = threading.Lock()
+_ready = False
+
+
 def ensure_forkserver() -> None:
-    """Start the forkserver unless it runs, and wait until it has imported its preloads.
+    """Start the forkserver unless this process did, and wait until it serves forks.
 
-    Blocking: it serves no fork before its preloads are imported, so this forks one child
-    that does nothing and waits for it.
+    Blocking: the forkserver imports its preloads (seconds on a busy machine) before it
+    serves a fork, so this forks one child that does nothing and waits for it, once.
     """
-    child = _CONTEXT.Process(target=_nothing, name="forkserver warm-up")
-    child.start()
-    child.join()
-    child.close()
+    global _ready
+    with _started:
+        if _ready:
+            return
+        child = _CONTEXT.Process(target=_nothing, name="forkserver warm-up")
+        child.start()
+        child.join()
+        child.close()
+        _ready = True
 
 
-def start_forkserver() -> None:
-    """Start the forkserver in the background, so a tool's first call does not wait for it.
-
-    Starting it imports the preloaded modules in a new interpreter, which can take seconds on
-    a busy machine: time that would otherwise count against the first call's timeout.
-    """
-    threading.Thread(target=ensure_forkserver, name="forkserver", daemon=True).start()
+async def forkserver_ready() -> None:
+    """Wait until the forkserver serves forks (at once, after this process's first wait)."""
+    if not _ready:
+        await asyncio.to_thread(ensure_forkserver)
 
 
 def tool_reference(tool: BaseTool) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 
 from tools.errors import RETRYABLE, ErrorType, ToolCallError, classify, describe
-from tools.isolation import run_in_process
+from tools.isolation import forkserver_ready, run_in_process
 from tools.ledger import Claim, LedgerEntry, idempotency_key
 from tools.policy import PreparedCall, Toolbox
 from tools.spec import ToolCallContext, ToolSpec
@@ -179,6 +179,9 @@ async def execute(
     key = idempotency_key(toolbox.run_id, call.call_id)
     emit(started_event(toolbox, call, attempt=prior_attempts + 1))
     began = time.perf_counter()
+    if spec.cpu_heavy:
+        # Outside the timeout: the first call in a process waits for the forkserver to start.
+        await forkserver_ready()
     attempt = 0
     while True:
         attempt += 1

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from langchain_core.tools import BaseTool
 
 from tools.config import ResolvedConfig, TenantToolConfig, ToolConfig
-from tools.isolation import start_forkserver
 from tools.ledger import InMemoryToolLedger, ToolLedger
 from tools.mcp import McpCatalog
 from tools.policy import Toolbox, apply_override
@@ -40,8 +39,6 @@ class ToolRegistry:
         self.base = spec_mapping(
             [t if isinstance(t, ToolSpec) else from_langchain(t) for t in tools]
         )
-        if any(spec.cpu_heavy for spec in self.base.values()):
-            start_forkserver()
         self.config = config or ToolConfig()
         self.mcp = mcp or McpCatalog()
         self.default_timeout_s = default_timeout_s

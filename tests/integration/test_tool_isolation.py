@@ -12,18 +12,11 @@ import pytest
 
 from tests.support.cpu_tools import crunch, crunch_in_thread
 from tools.builtin import builtin_tools
-from tools.isolation import ensure_forkserver
 from tools.pipeline import ToolResult, claim, execute
 from tools.policy import Toolbox, prepare
 from tools.spec import ToolSpec
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module", autouse=True)
-async def forkserver() -> None:
-    """Start the forkserver first (the server does it at startup), outside any tool timeout."""
-    await asyncio.to_thread(ensure_forkserver)
 
 
 class Ticker:
