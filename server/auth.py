@@ -12,18 +12,32 @@ from server.db import Pool
 from server.ids import new_id
 from server.settings import Settings
 
+OPERATOR = "operator"
+"""The role that sees the whole installation (all tenants' metrics, the queue, worker hosts).
+
+Every other role, `admin` included, acts within the principal's own tenant.
+"""
+
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: every query is scoped by `tenant_id`."""
+    """Who is calling: every query is scoped by `tenant_id`, except the operator's views."""
 
     tenant_id: str
     user_id: str
     roles: frozenset[str] = field(default_factory=frozenset)
 
     def has_role(self, role: str) -> bool:
-        """Say whether the principal holds `role` (admins hold every role)."""
-        return role in self.roles or "admin" in self.roles
+        """Say whether the principal holds `role` (a tenant admin holds every tenant role).
+
+        `operator` is not a tenant role: only a key created with it holds it.
+        """
+        return role in self.roles or ("admin" in self.roles and role != OPERATOR)
+
+    @property
+    def is_operator(self) -> bool:
+        """Say whether the principal may see the whole installation."""
+        return OPERATOR in self.roles
 
 
 def hash_key(key: str) -> str:
@@ -56,7 +70,10 @@ async def get_principal(request: Request) -> Principal:
     """Resolve the caller; 401 when auth is on and the key is missing or unknown."""
     settings: Settings = request.app.state.settings
     if not settings.auth_enabled:
-        return Principal(settings.default_tenant, settings.default_user, frozenset({"admin"}))
+        # Without keys there is one caller, who runs the installation.
+        return Principal(
+            settings.default_tenant, settings.default_user, frozenset({"admin", OPERATOR})
+        )
     key = _presented_key(request)
     if not key:
         raise HTTPException(

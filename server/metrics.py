@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from server.db import Pool
 
@@ -192,3 +194,67 @@ class Metrics:
     def render(self) -> bytes:
         """The registry in Prometheus text format."""
         return bytes(generate_latest(self.registry))
+
+    async def render_tenant(self, pool: Pool, tenant: str) -> bytes:
+        """Return one tenant's view in Prometheus text format.
+
+        It holds the series labelled with the tenant, and the run and queue gauges counted
+        over the tenant's runs only (labelled `tenant`). Series of the whole installation
+        (workers, model and tool latency, tokens, cost) are left out: they mix tenants.
+        """
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT status, count(*) AS n FROM runs WHERE tenant_id = %s GROUP BY status",
+                (tenant,),
+            )
+            counts = {row["status"]: row["n"] for row in await cur.fetchall()}
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'queued') AS depth,"
+                " EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'queued'))"
+                "::float AS oldest,"
+                " count(*) FILTER (WHERE status IN ('running', 'waiting_tool')"
+                "   AND lease_expires_at < now()) AS expired"
+                " FROM runs WHERE tenant_id = %s"
+                " AND status NOT IN ('completed', 'failed', 'cancelled')",
+                (tenant,),
+            )
+            queue = await cur.fetchone()
+        assert queue is not None
+        runs = GaugeMetricFamily(
+            "agentrt_runs", "Runs by status and tenant", labels=["status", "tenant"]
+        )
+        for status in _STATUSES:
+            runs.add_metric([status, tenant], counts.get(status, 0))
+        gauges: list[Metric] = [runs]
+        for name, doc, value in (
+            ("agentrt_queue_depth", "Runs waiting to be claimed", queue["depth"]),
+            ("agentrt_queue_oldest_age_seconds", "Age of the oldest queued run", queue["oldest"]),
+            ("agentrt_expired_leases", "Active runs whose lease expired", queue["expired"]),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["tenant"])
+            gauge.add_metric([tenant], value or 0)
+            gauges.append(gauge)
+        view = CollectorRegistry(auto_describe=False)
+        view.register(_TenantCollector(self.registry, tenant, gauges))
+        return bytes(generate_latest(view))
+
+
+class _TenantCollector(Collector):
+    """The samples of `source` labelled with `tenant`, plus precomputed tenant gauges."""
+
+    def __init__(self, source: CollectorRegistry, tenant: str, gauges: list[Metric]) -> None:
+        self._source = source
+        self._tenant = tenant
+        self._gauges = gauges
+
+    def collect(self) -> Iterable[Metric]:
+        replaced = {g.name for g in self._gauges}
+        for family in self._source.collect():
+            if family.name in replaced:
+                continue
+            samples = [s for s in family.samples if s.labels.get("tenant") == self._tenant]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
+        yield from self._gauges

@@ -1,21 +1,27 @@
-"""Built-in tools: current time, a safe calculator, and an allow-listed URL fetcher."""
+"""Built-in tools: current time, a safe calculator (tools.calculator), and a URL fetcher."""
 
 from __future__ import annotations
 
-import ast
 import importlib
-import math
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 from langchain_core.tools import BaseTool, ToolException, tool
 
-from tools.spec import ToolSpec
+from tools.calculator import calculator, evaluate
+from tools.spec import ToolSpec, from_langchain
+
+__all__ = [
+    "builtin_tools",
+    "calculator",
+    "current_time",
+    "evaluate",
+    "load_tool_modules",
+    "make_fetch_url",
+]
 
 
 @tool
@@ -30,79 +36,6 @@ def current_time(timezone: str = "UTC") -> str:
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ToolException(f"unknown time zone {timezone!r}; use an IANA name") from exc
     return datetime.now(UTC).astimezone(zone).isoformat(timespec="seconds")
-
-
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-}
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "sqrt": math.sqrt,
-    "abs": abs,
-    "round": round,
-    "min": min,
-    "max": max,
-    "log": math.log,
-}
-_CONSTANTS = {"pi": math.pi, "e": math.e}
-_MAX_EXPONENT = 1000
-
-
-def evaluate(expression: str) -> int | float:
-    """Evaluate arithmetic without `eval`: numbers, + - * / // % **, a few functions."""
-
-    def walk(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in _CONSTANTS:
-            return _CONSTANTS[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            left, right = walk(node.left), walk(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-                raise ValueError(f"exponent {right} is too large (limit {_MAX_EXPONENT})")
-            return _BINARY[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](walk(node.operand))
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _FUNCTIONS
-            and not node.keywords
-        ):
-            return _FUNCTIONS[node.func.id](*(walk(arg) for arg in node.args))
-        raise ValueError(f"unsupported element {ast.dump(node)[:60]!r}")
-
-    try:
-        tree = ast.parse(expression.replace("^", "**"), mode="eval")
-        return walk(tree)  # type: ignore[no-any-return]
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, TypeError) as exc:
-        raise ToolException(f"cannot evaluate {expression!r}: {exc}") from exc
-
-
-@tool
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression exactly and return the result.
-
-    Supports + - * / // % ** (or ^), parentheses, pi, e and sqrt, abs, round, min, max, log.
-
-    Args:
-        expression: The expression, for example "12 * (3 + 4) / 2".
-    """
-    result = evaluate(expression)
-    if isinstance(result, float) and result.is_integer():
-        result = int(result)
-    return str(result)
 
 
 def make_fetch_url(allowlist: Sequence[str], max_chars: int = 4000) -> BaseTool:
@@ -150,9 +83,13 @@ def load_tool_modules(paths: Sequence[str]) -> list[BaseTool | ToolSpec]:
     return found
 
 
-def builtin_tools(fetch_allowlist: Sequence[str]) -> list[BaseTool]:
-    """Return the built-in tools; `fetch_url` only reaches `fetch_allowlist`."""
-    tools: list[BaseTool] = [current_time, calculator, make_fetch_url(fetch_allowlist)]
+def builtin_tools(fetch_allowlist: Sequence[str]) -> list[BaseTool | ToolSpec]:
+    """Return the built-in tools; `fetch_url` only reaches `fetch_allowlist`.
+
+    The calculator runs in a separate process killed at its timeout: its bounds keep results
+    small, and the process keeps any arithmetic it still finds slow off this process's GIL.
+    """
+    tools: list[BaseTool] = [current_time, make_fetch_url(fetch_allowlist)]
     for t in tools:
         t.handle_tool_error = False
-    return tools
+    return [tools[0], from_langchain(calculator, cpu_heavy=True, timeout_s=10.0), tools[1]]

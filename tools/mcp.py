@@ -1,7 +1,8 @@
 """Tools from MCP servers (stdio and streamable HTTP) through langchain-mcp-adapters.
 
 Discovered tools become `ToolSpec`s that go through the same pipeline as Python tools. Their
-risk and permissions come from configuration (default: medium, none); a tool is idempotent
+risk and permissions come from configuration (default: medium, none; high for a tool the
+server marks `destructiveHint`, unless the server's risk is configured); a tool is idempotent
 only when the server marks it read-only or idempotent (MCP tool annotations), so an
 interrupted call of any other MCP tool stops for a human instead of running twice.
 
@@ -24,7 +25,7 @@ from langchain_mcp_adapters.tools import load_mcp_tools
 from tools.config import McpServerConfig
 from tools.errors import describe
 from tools.policy import apply_override
-from tools.spec import ToolSpec, from_langchain
+from tools.spec import Risk, ToolSpec, from_langchain
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,19 @@ class _Cached:
     error: str | None
 
 
+def _risk(config: McpServerConfig, hints: Mapping[str, object]) -> Risk:
+    """Return a tool's risk: the server's configured risk, else high for destructive tools.
+
+    `destructiveHint` is the server's own word that a call may delete or overwrite data, so
+    such a call stops for approval unless the operator set the server's risk explicitly.
+    """
+    if "risk" in config.model_fields_set:
+        return config.risk
+    if hints.get("destructiveHint") and not hints.get("readOnlyHint"):
+        return "high"
+    return config.risk
+
+
 def _specs(server: str, config: McpServerConfig, tools: list[object]) -> list[ToolSpec]:
     specs = []
     prefix = f"{server}_" if config.prefix else ""
@@ -48,7 +62,7 @@ def _specs(server: str, config: McpServerConfig, tools: list[object]) -> list[To
         hints = lc.tool.metadata or {}
         base_name = lc.name[len(prefix) :] if prefix and lc.name.startswith(prefix) else lc.name
         spec = lc.replace(
-            risk=config.risk,
+            risk=_risk(config, hints),
             permissions=frozenset(config.permissions),
             timeout_s=config.timeout_s,
             idempotent=bool(hints.get("readOnlyHint") or hints.get("idempotentHint")),

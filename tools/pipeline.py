@@ -19,6 +19,7 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 
 from tools.errors import RETRYABLE, ErrorType, ToolCallError, classify, describe
+from tools.isolation import forkserver_ready, run_in_process
 from tools.ledger import Claim, LedgerEntry, idempotency_key
 from tools.policy import PreparedCall, Toolbox
 from tools.spec import ToolCallContext, ToolSpec
@@ -152,6 +153,9 @@ async def _invoke(spec: ToolSpec, args: dict[str, Any], context: ToolCallContext
     payload = dict(args)
     if spec.context_arg:
         payload[spec.context_arg] = context
+    if spec.cpu_heavy:
+        return await run_in_process(spec.tool, payload)
+    # langchain-core runs a synchronous tool in the loop's default executor, off the loop.
     return await spec.tool.ainvoke(payload)
 
 
@@ -175,6 +179,9 @@ async def execute(
     key = idempotency_key(toolbox.run_id, call.call_id)
     emit(started_event(toolbox, call, attempt=prior_attempts + 1))
     began = time.perf_counter()
+    if spec.cpu_heavy:
+        # Outside the timeout: the first call in a process waits for the forkserver to start.
+        await forkserver_ready()
     attempt = 0
     while True:
         attempt += 1

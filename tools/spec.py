@@ -86,6 +86,9 @@ class ToolSpec:
         source: Where it comes from: `python`, `mcp:<server>`, `http`.
         max_output_chars: Budget for the result the model sees; None uses the run's default.
         context_arg: Name of the parameter receiving the ToolCallContext, if any.
+        cpu_heavy: Runs in a separate process that is killed at the timeout, so that work
+            holding the GIL (big-integer arithmetic, regular expressions, parsing) cannot
+            stall the server. The tool must be importable by name (defined at module level).
     """
 
     tool: BaseTool
@@ -100,6 +103,7 @@ class ToolSpec:
     source: str = "python"
     max_output_chars: int | None = None
     context_arg: str | None = None
+    cpu_heavy: bool = False
 
     @property
     def name(self) -> str:
@@ -159,6 +163,7 @@ def agent_tool(
     output_schema: type[BaseModel] | dict[str, Any] | None = None,
     redact: tuple[str, ...] = (),
     max_output_chars: int | None = None,
+    cpu_heavy: bool = False,
 ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
 
 
@@ -176,12 +181,15 @@ def agent_tool(
     output_schema: type[BaseModel] | dict[str, Any] | None = None,
     redact: tuple[str, ...] = (),
     max_output_chars: int | None = None,
+    cpu_heavy: bool = False,
 ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
     """Declare a Python function as a tool; its schema comes from its signature and docstring.
 
     The docstring is the description the model reads (Google style, with an `Args:` section
     describing each parameter). A parameter annotated `CallContext` receives the call's
-    `ToolCallContext` (with the idempotency key) and is hidden from the model.
+    `ToolCallContext` (with the idempotency key) and is hidden from the model. Synchronous
+    functions run in a thread; with `cpu_heavy=True` they run in a separate process that is
+    killed at the timeout (the function must be defined at module level).
 
     Example:
         @agent_tool(risk="high", permissions={"email:send"}, idempotent=False, dedupes=True)
@@ -190,6 +198,11 @@ def agent_tool(
     """
 
     def wrap(func: Callable[..., Any]) -> ToolSpec:
+        if cpu_heavy and "<locals>" in func.__qualname__:
+            raise ValueError(
+                f"{func.__qualname__} is cpu_heavy, so it must be defined at module level: "
+                "its process imports it by name"
+            )
         is_async = inspect.iscoroutinefunction(func)
         lc_tool = StructuredTool.from_function(
             func=None if is_async else func,
@@ -212,6 +225,7 @@ def agent_tool(
             redact=frozenset(redact),
             max_output_chars=max_output_chars,
             context_arg=find_context_arg(func),
+            cpu_heavy=cpu_heavy,
         )
 
     return wrap(fn) if fn is not None else wrap

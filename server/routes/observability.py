@@ -56,9 +56,15 @@ async def get_payload(
     description="Prometheus text exposition format (role `admin`).",
 )
 async def metrics(request: Request, who: Principal = CurrentPrincipal) -> Response:
-    """Prometheus metrics of this process, with run and queue gauges read from the database."""
+    """Prometheus metrics of this process, with run and queue gauges read from the database.
+
+    An operator gets every series; a tenant admin gets its tenant's series only.
+    """
     require_admin(who)
     runtime = request.app.state.runtime
+    if not who.is_operator:
+        body = await runtime.metrics.render_tenant(runtime.pool, who.tenant_id)
+        return Response(body, media_type="text/plain; version=0.0.4")
     await runtime.metrics.refresh(runtime.pool)
     runtime.metrics.set_breakers(request.app.state.models.breakers.snapshot())
     return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -47,7 +47,6 @@ async def client(settings: Settings, http_mcp: str) -> AsyncIterator[httpx.Async
                         "command": sys.executable,
                         "args": [str(SERVER_SCRIPT)],
                         "prefix": True,
-                        "tools": {"delete_record": {"risk": "high"}},
                     },
                     "down": {
                         "transport": "streamable_http",
