@@ -117,6 +117,8 @@ class Worker:
         self._handles: dict[str, RunHandle] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._claiming = False
+        # Set to end a drain early: `stop` then hands every run back without waiting.
+        self.hurry = asyncio.Event()
 
     @property
     def active_runs(self) -> list[str]:
@@ -147,7 +149,7 @@ class Worker:
 
         Runs that reach a step boundary within `grace_s` are re-queued by their executor
         (`run.requeued`, reason `worker draining`); the others are cancelled and re-queued
-        (`worker stopped`). Neither counts as a recovery.
+        (`worker stopped`), at once when `hurry` is set. Neither counts as a recovery.
         """
         grace = self._settings.drain_grace_s if grace_s is None else grace_s
         self._claiming = False
@@ -159,8 +161,12 @@ class Worker:
                 )
         for handle in self._handles.values():
             handle.control.request_drain("shutdown")
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=grace)
+        if self._tasks and not self.hurry.is_set():
+            finished = asyncio.ensure_future(asyncio.wait(list(self._tasks.values())))
+            hurried = asyncio.ensure_future(self.hurry.wait())
+            await asyncio.wait({finished, hurried}, timeout=grace, return_when="FIRST_COMPLETED")
+            for waiter in (finished, hurried):
+                waiter.cancel()
         for run_id, task in list(self._tasks.items()):
             self._handles[run_id].stop_reason = "shutdown"
             task.cancel()

@@ -31,7 +31,11 @@ def test_every_runtime_dependency_is_imported() -> None:
     unused = []
     for requirement in project["dependencies"]:
         name = re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
-        modules = {m for m, dists in providers.items() if name in {d.lower().replace("_", "-") for d in dists}}
+        modules = {
+            m
+            for m, dists in providers.items()
+            if name in {d.lower().replace("_", "-") for d in dists}
+        }
         if not modules & imported:
             unused.append(name)
     assert unused == []
