@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run test lint format typecheck bench bench-quick clean
+.PHONY: help install run stop test lint format typecheck bench bench-quick clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ install: $(VENV)/.installed ## Create .venv and install the locked dependencies
 run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DATABASE_URL is set)
 	$(BIN)/agentrt serve
 
+stop: install ## Stop the embedded Postgres if an agentrt process left it running
+	$(BIN)/agentrt db stop
+
 test: install ## Run the whole test suite (real Postgres, scripted models)
 	$(BIN)/python -m pytest --basetemp=.pytest-tmp
 
@@ -41,7 +44,7 @@ format: install ## Format the code
 bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.run
 
-bench-quick: install ## A one-minute version of the benchmarks
+bench-quick: install ## A short version of the benchmarks; figures go to bench/results/ only
 	$(BIN)/python -m bench.run --quick
 
 clean: ## Remove the virtual environments (keeps .agentrt data)
