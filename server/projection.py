@@ -1,4 +1,4 @@
-"""Turn the LangGraph stream (messages, updates, custom) into SPEC §12 events."""
+"""Turn the LangGraph stream (messages, updates, custom) into run events (docs/events.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Run state machine (SPEC §1) and the status each event moves a run to."""
+"""The Run state machine and the status each event moves a run to."""
 
 from __future__ import annotations
 

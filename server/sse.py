@@ -1,4 +1,4 @@
-"""The SSE gateway: replay the log after `Last-Event-ID`, then follow it live (SPEC §13-14).
+"""The SSE gateway: replay the log after `Last-Event-ID`, then follow it live.
 
 It only reads the event log; closing a stream never touches the run. A stream replays from
 the log on its own until it has caught up; from then on it follows the run's `RunFeed`,

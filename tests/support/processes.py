@@ -31,6 +31,7 @@ class WorkerProcess:
         args: The command's arguments after `python -m server.cli`.
         ready: Start-up is over once an output line contains this text.
         cwd: The working directory (the repository by default).
+        program: What to run (default: `python -m server.cli`); `args` follow it.
     """
 
     def __init__(
@@ -39,8 +40,10 @@ class WorkerProcess:
         args: Sequence[str] = ("worker",),
         ready: str = "ready",
         cwd: Path = ROOT,
+        program: Sequence[str] = (sys.executable, "-m", "server.cli"),
     ) -> None:
         self.env = env
+        self.program = list(program)
         self.args = list(args)
         self.ready_text = ready
         self.cwd = cwd
@@ -59,9 +62,7 @@ class WorkerProcess:
     async def launch(self) -> WorkerProcess:
         """Start the process without waiting for it to be ready."""
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "server.cli",
+            *self.program,
             *self.args,
             cwd=self.cwd,
             env=self.env,
