@@ -27,7 +27,9 @@ ANSWER = ScriptedTurn(text="forty-two")
 @pytest.fixture(scope="module")
 def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("cli")
-    scripts = write_scripts(folder / "scripts.json", {"slow": [SLOW], "long": [LONG], "answer": [ANSWER]})
+    scripts = write_scripts(
+        folder / "scripts.json", {"slow": [SLOW], "long": [LONG], "answer": [ANSWER]}
+    )
     return worker_env(
         database_url, data_dir=str(folder), scripted_models_file=str(scripts), drain_grace_s=1
     )
@@ -86,9 +88,7 @@ async def test_run_follows_across_a_server_restart(env: dict[str, str]) -> None:
         await asyncio.gather(first.close(), second.close(), watcher.close())
 
 
-async def test_ctrl_c_on_run_says_how_to_follow_or_cancel(
-    env: dict[str, str], server: str
-) -> None:
+async def test_ctrl_c_on_run_says_how_to_follow_or_cancel(env: dict[str, str], server: str) -> None:
     watcher = await client(env, server, "run", "count", "--model", "scripted:long").start()
     try:
         run_id = watcher.output[0].split()[1]

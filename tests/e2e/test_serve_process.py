@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from nodes.models.scripted import ScriptedTurn
-from tests.support.live import free_port
+from tests.support.live import free_port, wait_for_status
 from tests.support.processes import WorkerProcess, worker_env, write_scripts
 
 pytestmark = pytest.mark.timeout(300)
@@ -104,9 +104,7 @@ async def _start_slow_run(base: str) -> str:
                 json={"content": "count", "model": "scripted:slow"},
             )
         ).json()
-        async with asyncio.timeout(60):
-            while (await client.get(f"/api/runs/{run['runId']}")).json()["status"] != "running":
-                await asyncio.sleep(0.1)
+        await wait_for_status(client, run["runId"], "running", limit_s=60)
     return str(run["runId"])
 
 
@@ -143,9 +141,7 @@ async def test_sigint_drains_within_the_grace_period_and_requeues_the_run(
         await process.close()
 
 
-async def test_a_second_sigint_hands_runs_back_at_once(
-    database_url: str, tmp_path: Path
-) -> None:
+async def test_a_second_sigint_hands_runs_back_at_once(database_url: str, tmp_path: Path) -> None:
     scripts = write_scripts(tmp_path / "scripts.json", {"slow": [SLOW]})
     env = worker_env(
         database_url, data_dir=str(tmp_path), scripted_models_file=str(scripts), drain_grace_s=600

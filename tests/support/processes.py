@@ -78,9 +78,11 @@ class WorkerProcess:
             line = raw.decode(errors="replace").rstrip()
             self.output.append(line)
             self._new_output.set()
-            if self.args == ["worker"] and "worker" in line and line.endswith("ready"):
-                self._ready.set()
-            elif self.args != ["worker"] and self.ready_text in line:
+            if self.args == ["worker"]:
+                ready = "worker" in line and line.endswith("ready")
+            else:
+                ready = self.ready_text in line
+            if ready:
                 self._ready.set()
 
     async def wait_for_output(self, text: str, limit_s: float = 30) -> None:
