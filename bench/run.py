@@ -18,7 +18,16 @@ from pathlib import Path
 
 from bench.common import Figures, database_url_for, embedded_postgres, machine
 
-BENCHMARKS = ["workers", "overhead", "first_event", "long_run", "fanout", "idle", "db_cost"]
+BENCHMARKS = [
+    "workers",
+    "overhead",
+    "first_event",
+    "long_run",
+    "fanout",
+    "idle",
+    "db_cost",
+    "startup",
+]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 QUICK_DOC = Path(__file__).resolve().parent / "results" / "benchmarks-quick.md"

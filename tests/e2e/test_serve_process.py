@@ -6,7 +6,6 @@ the grace period; a second one hands them back at once.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
 from pathlib import Path

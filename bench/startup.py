@@ -1,0 +1,53 @@
+"""Start-up: how long `agentrt --help`, a client command and a new worker take to be usable.
+
+The client command is `agentrt runs list` against a port where nothing listens: it measures
+the command's own start (imports, configuration) and one refused connection, not a server.
+A worker is timed from process start to its "ready" line on an already migrated database,
+the case of a replacement worker in a running cluster. The load average at the start is
+printed, since on a shared machine it moves these figures more than any code change.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import Figures, env_for, free_port, met, start_worker, stat_line
+
+AGENTRT = str(Path(sys.executable).parent / "agentrt")
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    began = time.monotonic()
+    subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)
+    return time.monotonic() - began
+
+
+def main(database_url: str, quick: bool) -> Figures:
+    """Time the commands; return the figures."""
+    figures = Figures("Start-up", "python -m bench.run --only startup")
+    env = env_for(database_url)
+    repeats = 5 if quick else 20
+    figures.add(f"- load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    _timed([AGENTRT, "--help"], env)  # warm the file cache once
+    help_s = [_timed([AGENTRT, "--help"], env) for _ in range(repeats)]
+    dead = f"http://127.0.0.1:{free_port()}"
+    client_s = [_timed([AGENTRT, "runs", "list", "--url", dead], env) for _ in range(repeats)]
+    start_worker(env).stop()  # migrate the database first, as in a running cluster
+    worker_s = []
+    for _ in range(3 if quick else 5):
+        began = time.monotonic()
+        worker = start_worker(env)
+        worker_s.append(time.monotonic() - began)
+        worker.stop()
+    figures.add(f"- `agentrt --help`: {stat_line(help_s)}")
+    figures.add(f"- `agentrt runs list` (client command, no server): {stat_line(client_s)}")
+    figures.add(f"- `agentrt worker` until ready: {stat_line(worker_s, 's', 1)}")
+    figures.add(
+        f"- target: --help and client commands well under 0.5 s: "
+        f"{met(max(sorted(help_s)[len(help_s) // 2], sorted(client_s)[len(client_s) // 2]) < 0.5)}"
+    )
+    return figures
