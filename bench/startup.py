@@ -10,12 +10,14 @@ printed, since on a shared machine it moves these figures more than any code cha
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from bench.common import Figures, env_for, free_port, met, start_worker, stat_line
+from bench.common import Figures, env_for, free_port, met, stat_line
 
 AGENTRT = str(Path(sys.executable).parent / "agentrt")
 
@@ -24,6 +26,34 @@ def _timed(argv: list[str], env: dict[str, str]) -> float:
     began = time.monotonic()
     subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)
     return time.monotonic() - began
+
+
+def start_worker(env: dict[str, str], limit_s: float) -> subprocess.Popen[bytes]:
+    """Start one worker and wait for its "ready" line (generous: a loaded machine is slow)."""
+    popen = subprocess.Popen(
+        [AGENTRT, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert popen.stdout is not None
+    ready, lines = threading.Event(), []
+
+    def read() -> None:
+        assert popen.stdout is not None
+        for raw in popen.stdout:  # reads on after "ready", so the pipe never fills
+            lines.append(raw.decode(errors="replace"))
+            if lines[-1].strip().endswith("ready"):
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(limit_s):
+        popen.kill()
+        raise RuntimeError("the worker did not become ready:\n" + "".join(lines)[-3000:])
+    return popen
+
+
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    """Stop a worker the way a deploy does."""
+    popen.send_signal(signal.SIGTERM)
+    popen.wait(120)
 
 
 def main(database_url: str, quick: bool) -> Figures:
@@ -36,13 +66,13 @@ def main(database_url: str, quick: bool) -> Figures:
     help_s = [_timed([AGENTRT, "--help"], env) for _ in range(repeats)]
     dead = f"http://127.0.0.1:{free_port()}"
     client_s = [_timed([AGENTRT, "runs", "list", "--url", dead], env) for _ in range(repeats)]
-    start_worker(env).stop()  # migrate the database first, as in a running cluster
+    stop(start_worker(env, limit_s=600))  # migrate first, as in a running cluster
     worker_s = []
     for _ in range(3 if quick else 5):
         began = time.monotonic()
-        worker = start_worker(env)
+        worker = start_worker(env, limit_s=600)
         worker_s.append(time.monotonic() - began)
-        worker.stop()
+        stop(worker)
     figures.add(f"- `agentrt --help`: {stat_line(help_s)}")
     figures.add(f"- `agentrt runs list` (client command, no server): {stat_line(client_s)}")
     figures.add(f"- `agentrt worker` until ready: {stat_line(worker_s, 's', 1)}")

@@ -49,9 +49,17 @@ def _tools(settings: Settings) -> list[Any]:
 
 def _models(settings: Settings) -> ModelRegistry:
     """Build the model registry and check the default model, or raise StartupError."""
+    import logging
+    import threading
+
     from server.cli_errors import StartupError
     from server.models import ModelRegistry, UnknownModelError
 
+    # Validating a litellm model imports litellm, seconds on a busy machine: say so if slow.
+    slow = threading.Timer(
+        1.0, logging.getLogger("agentrt").info, ["start-up: waiting for the model check"]
+    )
+    slow.start()
     try:
         models = ModelRegistry(settings)
         models.validate(settings.default_model)
@@ -59,6 +67,8 @@ def _models(settings: Settings) -> ModelRegistry:
         raise StartupError(f"AGENTRT_DEFAULT_MODEL={settings.default_model}: {exc}") from None
     except ValueError as exc:
         raise StartupError(str(exc)) from None
+    finally:
+        slow.cancel()
     return models
 
 
