@@ -79,6 +79,7 @@ async def test_run_follows_across_a_server_restart(env: dict[str, str]) -> None:
         first.signal(signal.SIGINT)
         first.signal(signal.SIGINT)
         assert await first.wait(limit_s=60) == 0
+        assert no_traceback(first.output), first.output  # an open stream ends cleanly
         await second.start(limit_s=120)
         assert await watcher.wait(limit_s=120) == 0, watcher.output
         assert no_traceback(watcher.output), watcher.output
