@@ -41,8 +41,9 @@ async def cmd_run(settings: ClientConfig, args: argparse.Namespace) -> int:
     return 0 if last == "run.completed" else 1
 
 
-def print_runs(runs: list[dict[str, Any]], out: TextIO = sys.stdout) -> None:
+def print_runs(runs: list[dict[str, Any]], out: TextIO | None = None) -> None:
     """Print runs as a table with a header."""
+    out = out or sys.stdout
     out.write(f"{'RUN':<30} {'STATUS':<13} {'MODEL':<20} {'CREATED':<20} ERROR\n")
     for r in runs:
         err = f"{r['error']['type']}" if r.get("error") else ""
@@ -93,8 +94,9 @@ async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def print_approval(a: dict[str, Any], out: TextIO = sys.stdout) -> None:
+def print_approval(a: dict[str, Any], out: TextIO | None = None) -> None:
     """Print one approval and, once decided, its decision."""
+    out = out or sys.stdout
     decided = ""
     if a.get("decision"):
         d = a["decision"]

@@ -72,19 +72,21 @@ async def test_run_follows_across_a_server_restart(env: dict[str, str]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     first = await serve(env, port).start(limit_s=120)
-    watcher = await client(env, url, "run", "count", "--model", "scripted:slow").start()
+    watcher = await client(env, url, "run", "count", "--model", "scripted:long").start()
     second = serve(env, port)
     try:
-        await watcher.wait_for_output("tick", limit_s=60)
+        run_id = watcher.output[0].split()[1]
+        async with httpx.AsyncClient(base_url=url) as http:
+            await wait_for_event(http, f"/api/runs/{run_id}/events", "message.item.delta")
         first.signal(signal.SIGINT)
         first.signal(signal.SIGINT)
         assert await first.wait(limit_s=60) == 0
         assert no_traceback(first.output), first.output  # an open stream ends cleanly
         await second.start(limit_s=120)
-        assert await watcher.wait(limit_s=120) == 0, watcher.output
+        assert await watcher.wait(limit_s=180) == 0, watcher.output
         assert no_traceback(watcher.output), watcher.output
         assert any("reconnecting" in line for line in watcher.output)
-        assert ("tick " * 40).strip() in "\n".join(watcher.output)
+        assert ("tock " * 300).strip() in "\n".join(watcher.output)
     finally:
         await asyncio.gather(first.close(), second.close(), watcher.close())
 
