@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run test lint format typecheck bench bench-quick chaos fuzz clean
+.PHONY: help install run stop test lint format typecheck bench bench-quick chaos fuzz clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ install: $(VENV)/.installed ## Create .venv and install the locked dependencies
 
 run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DATABASE_URL is set)
 	$(BIN)/agentrt serve
+
+stop: install ## Stop the embedded Postgres if an agentrt process left it running
+	$(BIN)/agentrt db stop
 
 test: install ## Run the whole test suite (real Postgres, scripted models)
 	$(BIN)/python -m pytest --basetemp=.pytest-tmp
@@ -45,7 +48,7 @@ format: install ## Format the code
 bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.run
 
-bench-quick: install ## A one-minute version of the benchmarks
+bench-quick: install ## A short version of the benchmarks; figures go to bench/results/ only
 	$(BIN)/python -m bench.run --quick
 
 chaos: install ## 100 runs per trial under kill -9, then Postgres restarts; figures to docs/benchmarks.md

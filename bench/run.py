@@ -1,7 +1,9 @@
 """Run the benchmarks and write their figures to docs/benchmarks.md.
 
 `python -m bench.run [--quick] [--only NAME ...]`; each benchmark starts what it needs
-(embedded Postgres, server and worker processes) and stops it afterwards.
+(embedded Postgres, server and worker processes) and stops it afterwards. Only a full run
+updates the tracked docs/benchmarks.md; a quick run writes to bench/results/ (ignored by git),
+so figures from whatever machine runs it never land in the docs by accident.
 """
 
 from __future__ import annotations
@@ -25,18 +27,27 @@ BENCHMARKS = [
     "fanout",
     "idle",
     "db_cost",
+    "startup",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+QUICK_DOC = Path(__file__).resolve().parent / "results" / "benchmarks-quick.md"
 HEADER = (
     "# Benchmarks\n\nFigures from `make bench` (`make bench-quick` for a short run). "
     "Each section is replaced when its benchmark runs again.\n"
 )
 
 
-def write_section(figures: Figures, stamp: str, quick: bool) -> None:
-    """Replace (or add) the figures' section in docs/benchmarks.md."""
-    text = DOC.read_text() if DOC.exists() else HEADER
+def output_path(quick: bool) -> Path:
+    """Where a run's figures go: the tracked docs for a full run, bench/results/ otherwise."""
+    return QUICK_DOC if quick else DOC
+
+
+def write_section(figures: Figures, stamp: str, quick: bool, doc: Path | None = None) -> None:
+    """Replace (or add) the figures' section in `doc` (by default `output_path(quick)`)."""
+    doc = doc or output_path(quick)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    text = doc.read_text() if doc.exists() else HEADER
     body = figures.markdown().replace(
         f"## {figures.title}\n",
         f"## {figures.title}\n\n{stamp}{' (quick)' if quick else ''}\n",
@@ -48,7 +59,7 @@ def write_section(figures: Figures, stamp: str, quick: bool) -> None:
         text = text.replace(FINDINGS, body + "\n" + FINDINGS, 1)
     else:
         text = text + "\n" + body
-    DOC.write_text(text)
+    doc.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             write_section(figures, stamp, args.quick)
             print(f"({name}: {time.monotonic() - began:.0f} s)", flush=True)
     print(f"\nall benchmarks: {time.monotonic() - started:.0f} s", flush=True)
+    print(f"figures written to {output_path(args.quick)}", flush=True)
     return 0
 
 

@@ -25,7 +25,7 @@ class AgentState(TypedDict):
         messages: The conversation, appended to by nodes (`add_messages` merges by id).
         run_id: The run that last wrote to this thread; a resumed run checks it.
         step: Model calls made by the current run.
-        context_manifest: What went into the last model call and why (SPEC §3).
+        context_manifest: What went into the last model call and why.
         approvals: Reviewers' decisions on the current run's tool calls, by tool call id.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Depends, HTTPException, Request, status
 
@@ -95,3 +96,25 @@ async def get_principal(request: Request) -> Principal:
 
 
 CurrentPrincipal = Depends(get_principal)
+
+
+async def list_api_keys(pool: Pool, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """Return the API keys (never their secrets), newest first, optionally of one tenant."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id, tenant_id, user_id, roles, label, created_at, revoked_at FROM api_keys"
+            " WHERE %(tenant)s::text IS NULL OR tenant_id = %(tenant)s"
+            " ORDER BY created_at DESC, id",
+            {"tenant": tenant_id},
+        )
+        return [dict(row) for row in await cur.fetchall()]
+
+
+async def revoke_api_key(pool: Pool, key_id: str) -> bool:
+    """Revoke a key by its id; say whether a live key was revoked."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL",
+            (key_id,),
+        )
+        return cur.rowcount == 1

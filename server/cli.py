@@ -1,18 +1,25 @@
-"""The `agentrt` command: serve, run a message, inspect runs, manage keys and the database."""
+"""The `agentrt` command: serve, run a message, inspect runs, manage keys and the database.
+
+Heavy modules (the app, LangGraph, uvicorn, httpx) are imported inside the commands that need
+them, so that `agentrt --help` and the client commands start quickly.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
+import os
+import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
-from server.settings import Settings
+    from server.models import ModelRegistry
+    from server.settings import Settings
 
-TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
+DEFAULT_URL = "http://127.0.0.1:8000"
+CLIENT = {"run", "runs", "approvals", "approve", "reject"}
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -21,45 +28,114 @@ def _setup_logging(settings: Settings) -> None:
     setup_logging(settings.log_level, settings.log_format)
 
 
+def _tools(settings: Settings) -> list[Any]:
+    """Load the built-in tools and `AGENTRT_TOOL_MODULES`, or raise StartupError."""
+    from server.app import default_tools
+    from server.cli_errors import StartupError
+
+    # A console script does not put the working directory on sys.path as `python -m` does;
+    # appended (not prepended) so that a local file cannot shadow an installed module.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return default_tools(settings)
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise StartupError(
+            f"AGENTRT_TOOL_MODULES={','.join(settings.tool_modules)}: {exc} (entries are "
+            "'module:attribute', comma-separated; the module must be importable from the "
+            "working directory or the virtualenv; see docs/tools.md)"
+        ) from None
+
+
+def _models(settings: Settings) -> ModelRegistry:
+    """Build the model registry and check the default model, or raise StartupError."""
+    import logging
+    import threading
+
+    from server.cli_errors import StartupError
+    from server.models import ModelRegistry, UnknownModelError
+
+    # Validating a litellm model imports litellm, seconds on a busy machine: say so if slow.
+    slow = threading.Timer(
+        1.0, logging.getLogger("agentrt").info, ["start-up: waiting for the model check"]
+    )
+    slow.start()
+    try:
+        models = ModelRegistry(settings)
+        models.validate(settings.default_model)
+    except UnknownModelError as exc:
+        raise StartupError(f"AGENTRT_DEFAULT_MODEL={settings.default_model}: {exc}") from None
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    finally:
+        slow.cancel()
+    return models
+
+
+def _try_command(host: str, port: int) -> str:
+    """A command that reaches this server from the same machine, as it was invoked."""
+    program = "agentrt" if os.path.basename(sys.argv[0]) == "agentrt" else "python -m server.cli"
+    if program == "agentrt" and os.path.dirname(sys.argv[0]):
+        program = os.path.relpath(sys.argv[0]) if sys.argv[0].startswith(os.getcwd()) else program
+    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    url = f"http://{local}:{port}" if ":" not in local else f"http://[{local}]:{port}"
+    flag = "" if url == DEFAULT_URL else f" --url {url}"
+    return f"{program}{flag} run {shlex.quote('what is 6*7?')}"
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    """Check the port, database, model and tools, then serve the API (and workers)."""
+    import asyncio
+
+    from server.startup import bind_port, check_database
+
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    sock = bind_port(host, port)  # first: a busy port must not start workers at all
+    port = sock.getsockname()[1]
+    if settings.database_url:
+        asyncio.run(check_database(settings.database_url))
+    if args.no_workers:
+        settings = settings.model_copy(update={"run_workers": False})
+    models = _models(settings)
+    tools = _tools(settings)
+
     import uvicorn
 
     from server.app import create_app
+    from server.process import DrainingServer
 
-    host = args.host or settings.host
-    port = args.port or settings.port
-    if args.no_workers:
-        settings = settings.model_copy(update={"run_workers": False})
+    app = create_app(settings, models=models, tools=tools)
     print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
-    print(
-        f"  try:  curl -s -X POST http://{host}:{port}/api/conversations"
-        " -H 'content-type: application/json' -d '{}'\n"
-        "        then POST a message to it, or simply: .venv/bin/agentrt run 'what is 6*7?'",
-        flush=True,
-    )
-    uvicorn.run(
-        create_app(settings), host=host, port=port, log_config=None, timeout_graceful_shutdown=5
-    )
+    print(f"  try:  {_try_command(host, port)}", flush=True)
+    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=5)
+    DrainingServer(config, app).run(sockets=[sock])
     return 0
 
 
 async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    """Run workers only until SIGTERM or SIGINT; a second signal hands runs back at once."""
+    import asyncio
     import signal
 
     from server.app import build_tool_registry
-    from server.models import ModelRegistry
     from server.runtime import open_runtime
 
     if args.concurrency:
         settings = settings.model_copy(update={"worker_concurrency": args.concurrency})
+    models = _models(settings)
+    tools = build_tool_registry(settings, _tools(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    models = ModelRegistry(settings)
-    tools = build_tool_registry(settings)
     async with open_runtime(settings, models, tools, run_workers=True) as rt:
         assert rt.worker is not None
+
+        def on_signal() -> None:
+            rt.request_stop()
+            stop.set()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal)
         if settings.metrics_port:
             from prometheus_client import start_http_server
 
@@ -70,307 +146,144 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(settings: Settings) -> httpx.AsyncClient:
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-    return httpx.AsyncClient(
-        base_url=settings.url, headers=headers, timeout=httpx.Timeout(30, read=None)
-    )
+async def _with_pool(settings: Settings, action: Any) -> Any:
+    from server.db import database_url, migrate, open_pool
 
-
-def _check(response: httpx.Response) -> dict[str, Any]:
-    if response.status_code >= 400:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = response.text
-        raise SystemExit(f"agentrt: {response.status_code}: {message}")
-    return dict(response.json())
-
-
-def render_event(event: dict[str, Any], out: Any = sys.stdout) -> None:
-    """Print one event for a person watching a run in the terminal."""
-    kind, data = event["type"], event["data"]
-    if kind == "message.item.delta":
-        out.write(data["delta"])
-    elif kind == "message.item.completed":
-        out.write("\n" if data.get("status") != "superseded" else "\n[superseded]\n")
-    elif kind == "tool.started":
-        out.write(f"  -> {data['name']}({json.dumps(data.get('args', {}))})\n")
-    elif kind == "tool.completed":
-        out.write(
-            f"  <- {data['name']}: {str(data.get('output', ''))[:200]}"
-            f" ({data.get('durationMs', 0):.0f} ms)\n"
-        )
-    elif kind == "tool.failed":
-        out.write(f"  !! {data['name']} failed: {data.get('error')}\n")
-    elif kind == "approval.required":
-        out.write(
-            f"[waiting for approval {data['approvalId']}: {data['name']}"
-            f"({json.dumps(data.get('args', {}))}) - {data.get('reason', '')}]\n"
-            f"[decide with: agentrt approve {data['approvalId']}  |  "
-            f"agentrt reject {data['approvalId']} --reason ...]\n"
-        )
-    elif kind == "approval.resolved":
-        out.write(f"[approval {data['approvalId']}: {data['status']} by {data.get('by')}]\n")
-    elif kind == "model.retry":
-        out.write(
-            f"\n[{data.get('model')}: {data.get('errorClass')}; retry in {data.get('delayS')} s]\n"
-        )
-    elif kind == "model.fallback":
-        out.write(
-            f"\n[{data.get('fromModel')}: {data.get('errorClass')}; "
-            f"falling back to {data.get('toModel')}]\n"
-        )
-    elif kind == "run.failed":
-        out.write(f"[run failed: {data.get('errorType')}: {data.get('message')}]\n")
-    elif kind == "run.cancelled":
-        out.write("[run cancelled]\n")
-    elif kind == "run.paused":
-        out.write(f"[run paused; resume with: agentrt runs resume {event['runId']}]\n")
-    elif kind == "run.resumed":
-        out.write(f"[run resumed by {data.get('by')}]\n")
-    elif kind in ("run.started", "run.requeued"):
-        out.write(f"[{kind} attempt {data.get('attempt', '')}]\n".replace(" attempt ]", "]"))
-    out.flush()
-
-
-async def follow(client: httpx.AsyncClient, run_id: str, after: int = 0) -> str:
-    """Render a run's events until its terminal event; return that event's type."""
-    last = ""
-    async with client.stream("GET", f"/api/runs/{run_id}/events", params={"after": after}) as r:
-        if r.status_code >= 400:
-            _check(httpx.Response(r.status_code, content=await r.aread()))
-        buffer = ""
-        async for text in r.aiter_text():
-            buffer += text
-            while "\n\n" in buffer:
-                block, buffer = buffer.split("\n\n", 1)
-                for line in block.split("\n"):
-                    if line.startswith("data: "):
-                        event = json.loads(line[6:])
-                        render_event(event)
-                        last = event["type"]
-    return last
-
-
-async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
-    async with _client(settings) as client:
-        try:
-            if args.conversation:
-                conv_id = args.conversation
-            else:
-                conv_id = _check(await client.post("/api/conversations", json={}))["conversationId"]
-        except httpx.ConnectError:
-            raise SystemExit(
-                f"agentrt: no server at {settings.url}; start one with 'make run'"
-            ) from None
-        body: dict[str, Any] = {"content": args.message}
-        if args.model:
-            body["model"] = args.model
-        run = _check(await client.post(f"/api/conversations/{conv_id}/messages", json=body))
-        print(f"[run {run['runId']} in conversation {conv_id}]")
-        last = await follow(client, run["runId"])
-    return 0 if last == "run.completed" else 1
-
-
-async def cmd_runs(settings: Settings, args: argparse.Namespace) -> int:
-    async with _client(settings) as client:
-        if args.action == "list":
-            runs = _check(await client.get("/api/runs", params={"limit": args.limit}))["runs"]
-            for r in runs:
-                err = f"  {r['error']['type']}" if r["error"] else ""
-                print(f"{r['runId']}  {r['status']:<12} {r['model']:<16} {r['createdAt']}{err}")
-        elif args.action == "show":
-            print(json.dumps(_check(await client.get(f"/api/runs/{args.run_id}")), indent=2))
-        elif args.action == "trace":
-            from server.traces import render_tree
-
-            print(render_tree(_check(await client.get(f"/api/runs/{args.run_id}/trace"))))
-        elif args.action in ("pause", "resume"):
-            print(await pause_or_resume(client, args.action, args.run_id))
-        elif args.action == "events":
-            if args.follow:
-                await follow(client, args.run_id)
-            else:
-                async with client.stream("GET", f"/api/runs/{args.run_id}/events") as r:
-                    async for line in r.aiter_lines():
-                        if line.startswith("data: "):
-                            print(line[6:])
-    return 0
-
-
-async def pause_or_resume(client: httpx.AsyncClient, action: str, run_id: str) -> str:
-    """Pause or resume a run; return a line saying where it stands."""
-    run = _check(await client.post(f"/api/runs/{run_id}/{action}"))
-    if action == "resume":
-        return f"run {run_id} resumed: {run['status']}"
-    if run["status"] == "paused":
-        return f"run {run_id} paused; resume it with 'agentrt runs resume {run_id}'"
-    return f"run {run_id} pauses at its next step (now {run['status']})"
-
-
-def add_pause_commands(runs_sub: Any) -> None:
-    """Add `runs pause ID` and `runs resume ID`."""
-    pause = runs_sub.add_parser(
-        "pause", help="pause a run at its next step (the worker is freed until resumed)"
-    )
-    pause.add_argument("run_id", help="the run to pause")
-    resume = runs_sub.add_parser("resume", help="resume a paused run from its last checkpoint")
-    resume.add_argument("run_id", help="the run to resume")
-
-
-def _print_approval(a: dict[str, Any], out: Any = None) -> None:
-    out = out or sys.stdout
-    decided = ""
-    if a.get("decision"):
-        d = a["decision"]
-        decided = f"  {d['decision']} by {d['by']}" + (f": {d['reason']}" if d["reason"] else "")
-    out.write(
-        f"{a['approvalId']}  {a['status']:<9} {a['kind']:<9} {a['risk'] or '-':<6} "
-        f"run {a['runId']}  {a['tool']}({json.dumps(a['args'])}){decided}\n"
-        f"    {a['reason']}\n"
-    )
-
-
-async def cmd_approvals(settings: Settings, args: argparse.Namespace) -> int:
-    """`agentrt approvals list`, `agentrt approve ID`, `agentrt reject ID --reason ...`."""
-    async with _client(settings) as client:
-        if args.command == "approvals":
-            params: dict[str, Any] = {"limit": args.limit}
-            if args.status != "all":
-                params["status"] = args.status
-            approvals = _check(await client.get("/api/approvals", params=params))["approvals"]
-            for a in approvals:
-                _print_approval(a)
-            if not approvals:
-                print(f"no {args.status} approvals")
-            return 0
-        body: dict[str, Any] = {"decision": "reject" if args.command == "reject" else "approve"}
-        if args.reason:
-            body["reason"] = args.reason
-        if args.command == "approve" and args.args is not None:
-            body["decision"] = "edit"
-            try:
-                body["args"] = json.loads(args.args)
-            except ValueError as exc:
-                raise SystemExit(f"agentrt: --args is not valid JSON: {exc}") from None
-        decided = _check(await client.post(f"/api/approvals/{args.approval_id}", json=body))
-        _print_approval(decided)
-    return 0
+    async with (
+        database_url(settings) as url,
+        open_pool(url, settings.model_copy(update={"db_pool_min": 1})) as pool,
+    ):
+        await migrate(pool)
+        return await action(pool)
 
 
 async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
-    from server.auth import create_api_key
-    from server.db import migrate, open_pool, resolve_database_url
+    """Create, list and revoke API keys (directly in the database: an operator's command)."""
+    from server.auth import create_api_key, list_api_keys, revoke_api_key
 
-    url = resolve_database_url(settings)
-    async with open_pool(url, settings.model_copy(update={"db_pool_min": 1})) as pool:
-        await migrate(pool)
+    if args.action == "create":
         roles = [r for r in args.roles.split(",") if r]
-        key = await create_api_key(pool, args.tenant, args.user, roles, args.label)
-    print(key)
+        key = await _with_pool(
+            settings, lambda pool: create_api_key(pool, args.tenant, args.user, roles, args.label)
+        )
+        print(key)
+    elif args.action == "list":
+        keys = await _with_pool(settings, lambda pool: list_api_keys(pool, args.tenant))
+        print(f"{'ID':<30} {'TENANT':<14} {'USER':<14} {'ROLES':<16} {'CREATED':<17} STATE")
+        for k in keys:
+            state = f"revoked {k['revoked_at']:%Y-%m-%d %H:%M}" if k["revoked_at"] else "active"
+            print(
+                f"{k['id']:<30} {k['tenant_id']:<14} {k['user_id']:<14} "
+                f"{','.join(k['roles']) or '-':<16} {k['created_at']:%Y-%m-%d %H:%M} {state}"
+                + (f"  ({k['label']})" if k["label"] else "")
+            )
+    else:
+        revoked = await _with_pool(settings, lambda pool: revoke_api_key(pool, args.key_id))
+        if not revoked:
+            print(f"agentrt: no active key {args.key_id}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.key_id}")
     return 0
 
 
 async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
-    from server.db import migrate, open_pool, resolve_database_url
+    """Migrate, prune checkpoints, or stop the embedded database."""
+    if args.action == "stop":
+        return _db_stop(settings, args.force)
     from server.maintenance import prune_checkpoints
     from server.runtime import setup_checkpointer
 
-    url = resolve_database_url(settings)
-    async with open_pool(url, settings.model_copy(update={"db_pool_min": 1})) as pool:
-        applied = await migrate(pool)
+    async def act(pool: Any) -> str:
         checkpointer = await setup_checkpointer(pool)
         if args.action == "migrate":
-            print("applied: " + (", ".join(applied) or "nothing, schema is current"))
-        else:
-            days = settings.checkpoint_retention_days if args.days is None else args.days
-            count = await prune_checkpoints(pool, checkpointer, retention_days=days)
-            print(f"pruned the checkpoints of {count} conversations idle for {days:g} days")
+            return "schema is current"
+        days = settings.checkpoint_retention_days if args.days is None else args.days
+        count = await prune_checkpoints(pool, checkpointer, retention_days=days)
+        return f"pruned the checkpoints of {count} conversations idle for {days:g} days"
+
+    print(await _with_pool(settings, act))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentrt", description="A production runtime for LLM agents."
+def _db_stop(settings: Settings, force: bool) -> int:
+    from server import embedded
+
+    if settings.database_url:
+        print("agentrt: DATABASE_URL is set; there is no embedded database to stop")
+        return 1
+    stopped, users = embedded.stop(settings.data_dir, force=force)
+    if users and not force:
+        print(
+            f"agentrt: the embedded database is in use by pid(s) {', '.join(map(str, users))};"
+            " stop them first, or pass --force",
+            file=sys.stderr,
+        )
+        return 1
+    print("stopped the embedded database" if stopped else "the embedded database is not running")
+    return 0
+
+
+def _describe_settings_error(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "settings"
+        variable = name.upper() if name == "DATABASE_URL" else f"AGENTRT_{name.upper()}"
+        parts.append(f"{variable}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _run_continues(run_id: str) -> str:
+    return (
+        f"\nagentrt: stopped watching; run {run_id} continues on the server.\n"
+        f"  follow it:  agentrt runs events {run_id} --follow\n"
+        f"  cancel it:  agentrt runs cancel {run_id}"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    serve = sub.add_parser("serve", help="start the API server (and in-process workers)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--no-workers", action="store_true", help="API only; run workers elsewhere")
-
-    run = sub.add_parser("run", help="send a message and watch the run live")
-    run.add_argument("message")
-    run.add_argument("--model")
-    run.add_argument("--conversation", help="continue this conversation")
-
-    runs = sub.add_parser("runs", help="inspect runs")
-    runs_sub = runs.add_subparsers(dest="action", required=True)
-    runs_list = runs_sub.add_parser("list")
-    runs_list.add_argument("--limit", type=int, default=20)
-    runs_sub.add_parser("show").add_argument("run_id")
-    runs_sub.add_parser("trace", help="print the run's trace as a tree").add_argument("run_id")
-    events = runs_sub.add_parser("events")
-    events.add_argument("run_id")
-    events.add_argument("--follow", action="store_true", help="render live until the run ends")
-    add_pause_commands(runs_sub)
-
-    approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
-    approvals_sub = approvals.add_subparsers(dest="action", required=True)
-    approvals_list = approvals_sub.add_parser("list")
-    approvals_list.add_argument(
-        "--status",
-        default="pending",
-        choices=["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"],
-    )
-    approvals_list.add_argument("--limit", type=int, default=100)
-    approve = sub.add_parser("approve", help="approve a pending tool call (reviewers)")
-    approve.add_argument("approval_id")
-    approve.add_argument("--reason")
-    approve.add_argument("--args", help="run the call with these arguments instead (JSON)")
-    reject = sub.add_parser("reject", help="reject a pending tool call (reviewers)")
-    reject.add_argument("approval_id")
-    reject.add_argument("--reason", required=True, help="why; the model reads it")
-
-    keys = sub.add_parser("keys", help="manage API keys")
-    keys_sub = keys.add_subparsers(dest="action", required=True)
-    create = keys_sub.add_parser("create")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--user", required=True)
-    create.add_argument("--roles", default="", help="comma-separated, e.g. reviewer,admin")
-    create.add_argument("--label")
-
-    worker = sub.add_parser("worker", help="run workers only (any number, on any machine)")
-    worker.add_argument("--concurrency", type=int, help="runs at a time in this process")
-
-    db = sub.add_parser("db", help="database maintenance")
-    db_sub = db.add_subparsers(dest="action", required=True)
-    db_sub.add_parser("migrate", help="apply schema migrations")
-    prune = db_sub.add_parser("prune", help="keep only the latest checkpoint of idle conversations")
-    prune.add_argument("--days", type=float, help="idle for this long (default: the setting)")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `agentrt` command."""
+    from server.parser import build_parser
+
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    import asyncio
+
+    from server.cli_errors import ClientError, StartupError
+
+    if args.command in CLIENT:
+        from server.client import ClientConfig
+        from server.clientcmd import CLIENT_COMMANDS
+
+        config = ClientConfig.load(getattr(args, "url", None), getattr(args, "api_key", None))
+        try:
+            return asyncio.run(CLIENT_COMMANDS[args.command](config, args))
+        except ClientError as exc:
+            print(f"agentrt: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            run_id = getattr(args, "watching", None)
+            print(_run_continues(run_id) if run_id else "", file=sys.stderr)
+            return 130
+
+    from pydantic import ValidationError
+
+    from server.settings import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"agentrt: invalid configuration: {_describe_settings_error(exc)}", file=sys.stderr)
+        return 2
     _setup_logging(settings)
-    if args.command == "serve":
-        return cmd_serve(settings, args)
-    handlers = {
-        "run": cmd_run,
-        "runs": cmd_runs,
-        "approvals": cmd_approvals,
-        "approve": cmd_approvals,
-        "reject": cmd_approvals,
-        "keys": cmd_keys,
-        "db": cmd_db,
-        "worker": cmd_worker,
-    }
-    return asyncio.run(handlers[args.command](settings, args))
+    try:
+        if args.command == "serve":
+            return cmd_serve(settings, args)
+        handlers = {"keys": cmd_keys, "db": cmd_db, "worker": cmd_worker}
+        return asyncio.run(handlers[args.command](settings, args))
+    except StartupError as exc:
+        print(f"agentrt: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

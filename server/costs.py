@@ -1,4 +1,4 @@
-"""Prices: the settings' price table first, then litellm's model price map (SPEC §17).
+"""Prices: the settings' price table first, then litellm's model price map.
 
 Money is `Decimal`. litellm's prices are floats per token; they go through `str` so that
 `1.5e-07` becomes exactly `Decimal("1.5E-7")`. No price found means the cost is unknown

@@ -8,7 +8,6 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from pathlib import Path
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, errors
@@ -27,21 +26,24 @@ T = TypeVar("T")
 _DEADLOCK_TRIES = 5
 
 
-def resolve_database_url(settings: Settings) -> str:
-    """Return `DATABASE_URL`, or start the embedded PostgreSQL and return its URL.
+@asynccontextmanager
+async def database_url(settings: Settings) -> AsyncIterator[str]:
+    """Yield `DATABASE_URL`, or start (or join) the embedded PostgreSQL and yield its URL.
 
-    The embedded server keeps its data in `settings.data_dir / "pg"`, so runs survive restarts.
-    It is left running on exit (`cleanup_mode=None`) so that several processes (API, workers,
-    CLI) can share it; `pgserver` reuses a server that is already up on the same folder.
+    The embedded server keeps its data in `settings.data_dir / "pg"`, so runs survive restarts,
+    and is shared by every agentrt process on that folder (API, workers, CLI); the last of them
+    to exit stops it (server/embedded.py).
     """
     if settings.database_url:
-        return settings.database_url
-    import pgserver  # type: ignore[attr-defined,unused-ignore]  # only the embedded mode needs it
+        yield settings.database_url
+        return
+    from server import embedded  # only the embedded mode needs pgserver
 
-    datadir = Path(settings.data_dir).resolve() / "pg"
-    datadir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(datadir, cleanup_mode=None)  # type: ignore[attr-defined]
-    return str(server.get_uri())
+    url = await asyncio.to_thread(embedded.start, settings.data_dir)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(embedded.release, settings.data_dir)
 
 
 def connection_kwargs() -> dict[str, Any]:

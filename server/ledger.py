@@ -1,4 +1,4 @@
-"""The usage ledger (SPEC §17): model call rows, per-run breakdowns and daily aggregates.
+"""The usage ledger: model call rows, per-run breakdowns and daily aggregates.
 
 Rows come from `usage` events and are written by `append_events` in the event's transaction.
 """

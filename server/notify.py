@@ -62,6 +62,10 @@ class Notifier:
                 if not waiters:
                     del self._run_waiters[run_id]
 
+    def wake_all(self) -> None:
+        """Wake every stream that watches a run, so that it looks at its state again."""
+        self._wake_all()
+
     def _wake_all(self) -> None:
         for waiters in self._run_waiters.values():
             for event in waiters:

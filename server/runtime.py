@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
@@ -17,13 +17,14 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.checkpoint import FencedPostgresSaver
-from server.db import Pool, migrate, migration_lock, open_pool, resolve_database_url
+from server.db import Pool, database_url, migrate, migration_lock, open_pool
 from server.executor import ExecutorDeps
 from server.maintenance import prune_checkpoints
 from server.metrics import Metrics
 from server.models import ModelRegistry
 from server.notify import Notifier
 from server.settings import Settings
+from server.startup import check_database, redact_url, waiting
 from server.tracing import Tracing
 from server.worker import Worker
 from tools.registry import ToolRegistry
@@ -43,16 +44,33 @@ class Runtime:
     worker: Worker | None
     tracing: Tracing
     metrics: Metrics
+    drain_grace_s: float = 20.0
+    # Set on the first stop request: open event streams end so that clients reconnect
+    # (with Last-Event-ID) to another server instead of holding this one up.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def request_stop(self) -> None:
+        """Announce the drain on the first call; hand every run back at once on the second.
 
-def redact_url(url: str) -> str:
-    """Hide the password in a database URL for logs."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        Must be called on the event loop's thread (`loop.call_soon_threadsafe` from a signal
+        handler).
+        """
+        if self.stopping.is_set():
+            if self.worker is not None:
+                log.warning(
+                    "stopping now: handing %d runs back to the queue",
+                    len(self.worker.active_runs),
+                )
+                self.worker.hurry.set()
+            return
+        self.stopping.set()
+        self.notifier.wake_all()
+        runs = len(self.worker.active_runs) if self.worker is not None else 0
+        log.warning(
+            "draining %d runs, up to %g s; press Ctrl-C again to stop now",
+            runs,
+            self.drain_grace_s if runs else 0,
+        )
 
 
 async def setup_checkpointer(pool: Pool) -> FencedPostgresSaver:
@@ -73,14 +91,24 @@ async def open_runtime(
     span_exporters: Sequence[SpanExporter] = (),
 ) -> AsyncIterator[Runtime]:
     """Start everything a process needs; on exit drain the worker and close the rest."""
-    url = await asyncio.to_thread(resolve_database_url, settings)
-    await asyncio.to_thread(models.warm_up)
-    async with open_pool(url, settings) as pool:
-        applied = await migrate(pool)
-        checkpointer = await setup_checkpointer(pool)
+    async with AsyncExitStack() as stack:
+        async with waiting(
+            "the embedded database to start" if not settings.database_url else "the database"
+        ):
+            url = await stack.enter_async_context(database_url(settings))
+            await check_database(url)
+        if models.needs_litellm:
+            async with waiting("litellm to load (model provider checks)"):
+                await asyncio.to_thread(models.warm_up)
+        async with waiting("the database connection pool"):
+            pool = await stack.enter_async_context(open_pool(url, settings))
+        async with waiting("schema migrations (another process may hold the migration lock)"):
+            applied = await migrate(pool)
+            checkpointer = await setup_checkpointer(pool)
         graph = build_agent_graph().compile(checkpointer=checkpointer)
         notifier = Notifier(url)
-        await notifier.start()
+        async with waiting("the notification listener"):
+            await notifier.start()
         metrics = Metrics()
         tracing = Tracing(pool, settings, metrics, span_exporters)
         tracing.start()
@@ -102,7 +130,17 @@ async def open_runtime(
             asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
         )
         try:
-            yield Runtime(url, pool, graph, checkpointer, notifier, worker, tracing, metrics)
+            yield Runtime(
+                url,
+                pool,
+                graph,
+                checkpointer,
+                notifier,
+                worker,
+                tracing,
+                metrics,
+                drain_grace_s=settings.drain_grace_s,
+            )
         finally:
             if housekeeping is not None:
                 housekeeping.cancel()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tools.config import ToolConfig
 
@@ -82,7 +83,7 @@ class Settings(BaseSettings):
     # bundled with the installed litellm is used by default (offline, reproducible).
     litellm_remote_price_map: bool = False
 
-    # Model faults (SPEC §16): attempts per model, backoff with jitter, timeouts, breaker.
+    # Model faults: attempts per model, backoff with jitter, timeouts, breaker.
     model_max_attempts: int = Field(default=3, ge=1, le=10)
     model_backoff_base_s: float = Field(default=0.5, ge=0)
     model_backoff_max_s: float = Field(default=20.0, ge=0)
@@ -93,7 +94,7 @@ class Settings(BaseSettings):
     breaker_failure_threshold: int = Field(default=5, ge=1)
     breaker_cooldown_s: float = Field(default=30.0, gt=0)
 
-    # Cost (SPEC §17): prices per model id override litellm's map (self-hosted, negotiated).
+    # Cost: prices per model id override litellm's map (self-hosted, negotiated).
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Budgets per run; a run option may lower them, never raise them. None: no limit.
     budget_max_tokens: int | None = Field(default=None, ge=1)
@@ -106,8 +107,9 @@ class Settings(BaseSettings):
     max_metadata_bytes: int = Field(default=16_384, ge=0)
 
     fetch_allowlist: list[str] = ["example.com", "httpbin.org"]
-    # Extra tools to load, as "package.module:attribute" (a BaseTool or a list of them).
-    tool_modules: list[str] = []
+    # Extra tools to load, as "package.module:attribute" (a BaseTool or a list of them);
+    # comma-separated in the environment, e.g. AGENTRT_TOOL_MODULES=mytools:send_note,b:c.
+    tool_modules: Annotated[list[str], NoDecode] = []
     tool_timeout_s: float = 30.0
     tool_max_output_chars: int = 16_000
     # Per-tenant tool policy and MCP servers (JSON; see docs/tools.md).
@@ -145,6 +147,16 @@ class Settings(BaseSettings):
     sse_replay_page: int = 5000
     # Frames of each live run kept in memory for its streams (server/sse.py RunFeed).
     sse_feed_keep: int = 10_000
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _split_tool_modules(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):  # a JSON list also works
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:

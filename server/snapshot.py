@@ -1,4 +1,4 @@
-"""The run snapshot: a pure projection of the event log (SPEC §14).
+"""The run snapshot: a pure projection of the event log.
 
 `apply_event` folds one event into a snapshot. The event writer applies it to every event in
 the same transaction that stores the event, so the stored snapshot and the log always agree.

@@ -1,4 +1,4 @@
-"""The SSE gateway: replay the log after `Last-Event-ID`, then follow it live (SPEC §13-14).
+"""The SSE gateway: replay the log after `Last-Event-ID`, then follow it live.
 
 It only reads the event log; closing a stream never touches the run. A stream replays from
 the log on its own until it has caught up; from then on it follows the run's `RunFeed`,
@@ -139,13 +139,18 @@ async def event_stream(
     heartbeat_s: float,
     page: int,
     connections: Gauge | None = None,
+    stop: asyncio.Event | None = None,
 ) -> AsyncIterator[str]:
-    """Yield SSE text for every event after `after`, live, until the terminal event."""
+    """Yield SSE text for every event after `after`, live, until the terminal event.
+
+    The stream also ends when `stop` is set (the server is shutting down): the client
+    reconnects with `Last-Event-ID` and loses nothing.
+    """
     cursor = after
     if connections is not None:
         connections.inc()
     try:
-        async for text in _stream(pool, notifier, feeds, run_id, cursor, heartbeat_s, page):
+        async for text in _stream(pool, notifier, feeds, run_id, cursor, heartbeat_s, page, stop):
             yield text
     finally:
         if connections is not None:
@@ -160,6 +165,7 @@ async def _stream(
     cursor: int,
     heartbeat_s: float,
     page: int,
+    stop: asyncio.Event | None,
 ) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
         # Replay on our own until caught up, so that a long replay never holds up live streams.
@@ -177,7 +183,7 @@ async def _stream(
             if len(rows) < page:
                 break
         with feeds.follow(run_id, cursor) as feed:
-            while True:
+            while stop is None or not stop.is_set():
                 held = feed.after(cursor)
                 if held is None:  # fell behind what the feed holds: read the log ourselves
                     held, finished = await _read(pool, run_id, cursor, page)

@@ -118,6 +118,8 @@ class Worker:
         self._handles: dict[str, RunHandle] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._claiming = False
+        # Set to end a drain early: `stop` then hands every run back without waiting.
+        self.hurry = asyncio.Event()
 
     @property
     def active_runs(self) -> list[str]:
@@ -149,7 +151,7 @@ class Worker:
 
         Runs that reach a step boundary within `grace_s` are re-queued by their executor
         (`run.requeued`, reason `worker draining`); the others are cancelled and re-queued
-        (`worker stopped`). Neither counts as a recovery.
+        (`worker stopped`), at once when `hurry` is set. Neither counts as a recovery.
         """
         grace = self._settings.drain_grace_s if grace_s is None else grace_s
         self._claiming = False
@@ -161,8 +163,12 @@ class Worker:
                 )
         for handle in self._handles.values():
             handle.control.request_drain("shutdown")
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=grace)
+        if self._tasks and not self.hurry.is_set():
+            finished = asyncio.ensure_future(asyncio.wait(list(self._tasks.values())))
+            hurried = asyncio.ensure_future(self.hurry.wait())
+            await asyncio.wait({finished, hurried}, timeout=grace, return_when="FIRST_COMPLETED")
+            for waiter in (finished, hurried):
+                waiter.cancel()
         for run_id in list(self._tasks):
             self._stop_run(run_id, "shutdown")  # a cancel already under way stays a cancel
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.spec import Risk
+# Defined here, not in tools.spec, so that settings load without importing langchain.
+Risk = Literal["low", "medium", "high"]
 
 
 class _Model(BaseModel):

@@ -112,7 +112,7 @@ def finished_event(result: ToolResult, budget: int) -> dict[str, Any]:
 
 def refuse(toolbox: Toolbox, call: PreparedCall, error: ToolCallError, emit: Emit) -> ToolResult:
     """Report a call that is not executed (refused by the checks or by a reviewer)."""
-    emit(started_event(toolbox, call))
+    emit(started_event(toolbox, call, refused=True))
     result = ToolResult(call.call_id, call.name, "failed", error.message, error.error_type)
     emit(finished_event(result, toolbox.max_output_chars))
     return result

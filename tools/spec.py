@@ -13,12 +13,13 @@ import inspect
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints, overload
+from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
 
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel
 
-Risk = Literal["low", "medium", "high"]
+from tools.config import Risk
+
 RISKS: tuple[Risk, ...] = ("low", "medium", "high")
 
 

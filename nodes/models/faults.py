@@ -2,7 +2,7 @@
 
 Providers fail in many shapes (the `openai` SDK's status errors, litellm's subclasses of them,
 raw `httpx` errors from a stream that broke, JSON that does not parse). `classify` turns any of
-them into a `ModelCallError` whose `error_class` decides the policy (SPEC §16).
+them into a `ModelCallError` whose `error_class` decides the policy.
 """
 
 from __future__ import annotations

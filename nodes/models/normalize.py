@@ -1,4 +1,4 @@
-"""The provider-neutral shape of a model answer (SPEC §4)."""
+"""The provider-neutral shape of a model answer."""
 
 from __future__ import annotations
 

@@ -123,6 +123,7 @@ async def get_events(
         heartbeat_s=settings.sse_heartbeat_s,
         page=settings.sse_replay_page,
         connections=request.app.state.runtime.metrics.sse_connections,
+        stop=request.app.state.runtime.stopping,
     )
     return EventStreamResponse(
         stream,

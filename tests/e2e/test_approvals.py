@@ -1,4 +1,4 @@
-"""High-risk tool calls pause the run for a reviewer of the same tenant (SPEC §11)."""
+"""High-risk tool calls pause the run for a reviewer of the same tenant."""
 
 from __future__ import annotations
 

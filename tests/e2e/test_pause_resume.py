@@ -15,9 +15,12 @@ from fastapi import FastAPI
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
-from server.cli import build_parser, cmd_runs
+from server.cli_errors import ClientError
+from server.client import ClientConfig
+from server.clientcmd import cmd_runs
 from server.db import Pool
 from server.models import ModelRegistry
+from server.parser import build_parser
 from server.settings import Settings
 from tests.support.live import SseEvent, read_sse, rebuild_output, serve, wait_for_status
 from tests.support.tools import bump_counter, launch_rocket
@@ -352,17 +355,15 @@ async def test_the_cli_pauses_and_resumes_a_run(
     run = await start(env, "rocket")
     run_id = run["runId"]
     await wait_for_status(env.client, run_id, "waiting_user", headers=env.alice)
-    cli = settings.model_copy(
-        update={
-            "url": str(env.client.base_url),
-            "api_key": env.alice["Authorization"].removeprefix("Bearer "),
-        }
+    cli = ClientConfig(
+        url=str(env.client.base_url),
+        api_key=env.alice["Authorization"].removeprefix("Bearer "),
     )
     capsys.readouterr()
     assert await cmd_runs(cli, build_parser().parse_args(["runs", "pause", run_id])) == 0
     assert f"agentrt runs resume {run_id}" in capsys.readouterr().out
     assert await cmd_runs(cli, build_parser().parse_args(["runs", "resume", run_id])) == 0
     assert "resumed: waiting_user" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match=r"409: .* not paused"):
+    with pytest.raises(ClientError, match=r"409: .* not paused"):
         await cmd_runs(cli, build_parser().parse_args(["runs", "resume", run_id]))
     await env.client.post(f"/api/runs/{run_id}/cancel", headers=env.alice)

@@ -13,9 +13,11 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.cli import build_parser, cmd_approvals
+from server.client import ClientConfig
+from server.clientcmd import cmd_approvals
 from server.db import Pool
 from server.models import ModelRegistry
+from server.parser import build_parser
 from server.settings import Settings
 from tests.support.live import read_sse, serve, wait_for_event, wait_for_status
 from tools.spec import CallContext, ToolSpec, agent_tool
@@ -197,7 +199,7 @@ async def test_an_approval_decided_after_a_restart_resumes_the_run(
     assert world.emails == 0
 
     async with serve(app_for(fast, world)) as base:
-        cli = fast.model_copy(update={"url": base})
+        cli = ClientConfig(url=base)
         capsys.readouterr()
         assert await cmd_approvals(cli, build_parser().parse_args(["approvals", "list"])) == 0
         listing = capsys.readouterr().out

@@ -24,10 +24,29 @@ def write_scripts(path: Path, scripts: Mapping[str, Sequence[ScriptedTurn]]) -> 
 
 
 class WorkerProcess:
-    """One `python -m server.cli worker` process, with its output captured."""
+    """One `python -m server.cli worker` process (or another command), with its output captured.
 
-    def __init__(self, env: dict[str, str]) -> None:
+    Args:
+        env: The process environment (`worker_env`).
+        args: The command's arguments after `python -m server.cli`.
+        ready: Start-up is over once an output line contains this text.
+        cwd: The working directory (the repository by default).
+        program: What to run (default: `python -m server.cli`); `args` follow it.
+    """
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        args: Sequence[str] = ("worker",),
+        ready: str = "ready",
+        cwd: Path = ROOT,
+        program: Sequence[str] = (sys.executable, "-m", "server.cli"),
+    ) -> None:
         self.env = env
+        self.program = list(program)
+        self.args = list(args)
+        self.ready_text = ready
+        self.cwd = cwd
         self.proc: asyncio.subprocess.Process | None = None
         self.output: list[str] = []
         self._reader: asyncio.Task[None] | None = None
@@ -35,19 +54,22 @@ class WorkerProcess:
         self._new_output = asyncio.Event()
 
     async def start(self, limit_s: float = 120) -> WorkerProcess:
+        await self.launch()
+        async with asyncio.timeout(limit_s):
+            await self._ready.wait()
+        return self
+
+    async def launch(self) -> WorkerProcess:
+        """Start the process without waiting for it to be ready."""
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "server.cli",
-            "worker",
-            cwd=ROOT,
+            *self.program,
+            *self.args,
+            cwd=self.cwd,
             env=self.env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
         self._reader = asyncio.create_task(self._read())
-        async with asyncio.timeout(limit_s):
-            await self._ready.wait()
         return self
 
     async def _read(self) -> None:
@@ -56,7 +78,11 @@ class WorkerProcess:
             line = raw.decode(errors="replace").rstrip()
             self.output.append(line)
             self._new_output.set()
-            if "worker" in line and line.endswith("ready"):
+            if self.args == ["worker"]:
+                ready = "worker" in line and line.endswith("ready")
+            else:
+                ready = self.ready_text in line
+            if ready:
                 self._ready.set()
 
     async def wait_for_output(self, text: str, limit_s: float = 120) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 
-from server.cli import build_parser, render_event
+from server.client import Renderer
+from server.parser import build_parser
 
 
 def test_pause_and_resume_are_shown_with_the_command_to_resume() -> None:
     out = io.StringIO()
-    render_event({"type": "run.paused", "runId": "run_1", "data": {"from": "running"}}, out)
-    render_event({"type": "run.resumed", "runId": "run_1", "data": {"by": "alice"}}, out)
+    renderer = Renderer(out)
+    renderer.event({"type": "run.paused", "runId": "run_1", "data": {"from": "running"}})
+    renderer.event({"type": "run.resumed", "runId": "run_1", "data": {"by": "alice"}})
     assert out.getvalue() == (
         "[run paused; resume with: agentrt runs resume run_1]\n[run resumed by alice]\n"
     )

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
     "tools": {"nodes", "graphs", "server", "tests"},
     "skills": {"nodes", "graphs", "server", "tests"},
-    "nodes": {"server", "tests", "graphs.agent", "graphs.subagent"},
+    "nodes": {"server", "tests", "graphs.agent"},
     "graphs": {"server", "tests"},
     "server": {"tests"},
 }
