@@ -331,7 +331,8 @@ async def _insert_run(
 async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> dict[str, Any]:
     """Return the tenant's run (locked if `lock`) or raise RunNotFoundError."""
     cur = await conn.execute(
-        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s" + (" FOR NO KEY UPDATE" if lock else ""),
+        "SELECT * FROM runs WHERE id = %s AND tenant_id = %s"
+        + (" FOR NO KEY UPDATE" if lock else ""),
         (run_id, who.tenant_id),
     )
     row = await cur.fetchone()

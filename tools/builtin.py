@@ -86,10 +86,10 @@ def load_tool_modules(paths: Sequence[str]) -> list[BaseTool | ToolSpec]:
 def builtin_tools(fetch_allowlist: Sequence[str]) -> list[BaseTool | ToolSpec]:
     """Return the built-in tools; `fetch_url` only reaches `fetch_allowlist`.
 
-    The calculator runs in a separate process killed at its timeout: its bounds keep results
-    small, and the process keeps any arithmetic it still finds slow off this process's GIL.
+    The calculator runs in this process (in a thread): its bounds keep every intermediate
+    result under 4000 digits, so no call can hold the GIL for long.
     """
     tools: list[BaseTool] = [current_time, make_fetch_url(fetch_allowlist)]
     for t in tools:
         t.handle_tool_error = False
-    return [tools[0], from_langchain(calculator, cpu_heavy=True, timeout_s=10.0), tools[1]]
+    return [tools[0], from_langchain(calculator, timeout_s=10.0), tools[1]]

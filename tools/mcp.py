@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from langchain_mcp_adapters.tools import load_mcp_tools
 
-from tools.config import McpServerConfig
+from tools.config import McpServerConfig, Risk
 from tools.errors import describe
 from tools.policy import apply_override
-from tools.spec import Risk, ToolSpec, from_langchain
+from tools.spec import ToolSpec, from_langchain
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
 from server.auth import CurrentPrincipal, Principal
-from server.pausing import request_pause, request_resume
 from server.pages import runs_page
+from server.pausing import request_pause, request_resume
 from server.runs import RunStatus
 from server.schemas import (
     COMMON_ERRORS,
