@@ -18,7 +18,7 @@ $(UV):
 	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
 $(VENV)/.installed: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --python $(PYTHON)
+	$(UV) sync --frozen --compile-bytecode --python $(PYTHON)
 	@touch $@
 
 install: $(VENV)/.installed ## Create .venv and install the locked dependencies

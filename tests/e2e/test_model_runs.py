@@ -50,8 +50,8 @@ def model_settings(settings: Settings, fake: FakeOpenAI) -> Settings:
             "litellm_api_key": SecretStr("test-key"),
             "model_backoff_base_s": 0.01,
             "model_backoff_max_s": 0.02,
-            "model_ttft_timeout_s": 2.0,
-            "model_timeout_s": 5.0,
+            "model_ttft_timeout_s": 30.0,  # generous: a loaded machine must not time out a reply
+            "model_timeout_s": 60.0,
             "breaker_failure_threshold": 3,
             "breaker_cooldown_s": 600.0,
             "model_prices": {"openai:my-llama": LLAMA_PRICE},
