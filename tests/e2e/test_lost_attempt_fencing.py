@@ -43,7 +43,9 @@ async def test_a_requeued_run_refuses_the_events_of_its_lost_attempt(
     app = create_app(settings.model_copy(update={"user_max_active_runs": 0}))
     async with serve(app):
         async with asyncio.timeout(60):
-            while (await _status(pool, run_id)) != "queued":
+            while True:
+                if await _status(pool, run_id) == "queued":
+                    break
                 await asyncio.sleep(0.05)
 
     # Back in touch, the lost attempt re-reads the run's head (as its writer does after a
