@@ -103,7 +103,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.process import DrainingServer
+    from server.serving import DrainingServer
 
     app = create_app(settings, models=models, tools=tools)
     print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
