@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from server.db import Pool
-from server.eventlog import (
+from server.db.pool import Pool
+from server.events.log import (
     Conn,
     LeaseLostError,
     NewEvent,

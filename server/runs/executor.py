@@ -22,22 +22,22 @@ from opentelemetry.trace import Status, StatusCode
 from graphs.context import RunContext
 from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
 from nodes.models.usage import Budget
-from server.approvals import resume_command, suspend
-from server.checkpoint import FENCE_GENERATION, FENCE_RUN
-from server.db import Pool
-from server.eventlog import Conn, LeaseLostError, RunFinishedError, RunHead
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
+from server.db.pool import Pool
+from server.events.log import Conn, LeaseLostError, RunFinishedError, RunHead
+from server.events.projection import STREAM_MODES, StreamProjector
+from server.events.snapshot import output_text, streaming_items
+from server.events.writer import EventWriter
 from server.ids import new_id
-from server.logs import run_context
-from server.metrics import Metrics
-from server.models import ModelRegistry
-from server.pausing import mark_paused
-from server.projection import STREAM_MODES, StreamProjector
+from server.observability.callbacks import TraceCallbackHandler
+from server.observability.logs import run_context
+from server.observability.metrics import Metrics
+from server.observability.tracing import RunInfo, Tracing
+from server.runs.approvals import resume_command, suspend
+from server.runs.pausing import mark_paused
+from server.runs.toolbox import run_toolbox
 from server.settings import Settings
-from server.snapshot import output_text, streaming_items
-from server.tooling import run_toolbox
-from server.trace_callbacks import TraceCallbackHandler
-from server.tracing import RunInfo, Tracing
-from server.writer import EventWriter
+from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from server.auth import Principal
-from server.db import Pool
-from server.eventlog import Conn, NewEvent, RunFinishedError, RunHead, append_events
-from server.notify import PAUSE_CHANNEL
-from server.runs import RunStatus, can_pause, is_terminal
-from server.store import get_run
+from server.db.pool import Pool
+from server.domain import RunStatus, can_pause, is_terminal
+from server.events.log import Conn, NewEvent, RunFinishedError, RunHead, append_events
+from server.events.notify import PAUSE_CHANNEL
+from server.runs.records import get_run
 
 
 class RunForbiddenError(PermissionError):

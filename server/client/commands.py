@@ -10,8 +10,8 @@ from typing import Any, TextIO
 
 import httpx
 
-from server.cli_errors import ClientError
-from server.client import ClientConfig, Renderer, check, describe_event, follow, open_client
+from server.client.errors import ClientError
+from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 
 
 def _unreachable(settings: ClientConfig) -> ClientError:
@@ -80,7 +80,7 @@ async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
             elif args.action == "show":
                 print(json.dumps(check(await client.get(f"/api/runs/{args.run_id}")), indent=2))
             elif args.action == "trace":
-                from server.traces import render_tree
+                from server.observability.traces import render_tree
 
                 print(render_tree(check(await client.get(f"/api/runs/{args.run_id}/trace"))))
             elif args.action == "events":

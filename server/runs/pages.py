@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from server.auth import Principal
-from server.db import Pool
-from server.store import get_conversation
+from server.db.pool import Pool
+from server.runs.records import get_conversation
 
 
 class BadCursorError(ValueError):

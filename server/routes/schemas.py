@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from server.runs import RunStatus
+from server.domain import RunStatus
 
 
 class ApiModel(BaseModel):

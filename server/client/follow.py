@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from server.cli_errors import ClientError
+from server.client.errors import ClientError
 
 TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 # Tool failures that mean the call was never executed (errorType, tools/errors.py).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.eventlog import Conn
-from server.tracing import hex_trace_id, run_root_span_id
+from server.events.log import Conn
+from server.observability.tracing import hex_trace_id, run_root_span_id
 
 
 def _span_view(row: dict[str, Any]) -> dict[str, Any]:

@@ -16,17 +16,17 @@ from langgraph.graph.state import CompiledStateGraph
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
-from server.checkpoint import FencedPostgresSaver
-from server.db import Pool, database_url, migrate, migration_lock, open_pool
-from server.executor import ExecutorDeps
-from server.maintenance import prune_checkpoints
-from server.metrics import Metrics
-from server.models import ModelRegistry
-from server.notify import Notifier
+from server.db.checkpoint import FencedPostgresSaver
+from server.db.maintenance import prune_checkpoints
+from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
+from server.events.notify import Notifier
+from server.observability.metrics import Metrics
+from server.observability.tracing import Tracing
+from server.runs.executor import ExecutorDeps
+from server.runs.worker import Worker
 from server.settings import Settings
 from server.startup import check_database, redact_url, waiting
-from server.tracing import Tracing
-from server.worker import Worker
+from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
 log = logging.getLogger("agentrt")

@@ -18,9 +18,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from server.approvals import expire_due
-from server.db import Pool
-from server.eventlog import (
+from server.db.pool import Pool
+from server.events.log import (
     RUNS_CHANNEL,
     NewEvent,
     RunFinishedError,
@@ -28,12 +27,13 @@ from server.eventlog import (
     append_events,
     head_of,
 )
-from server.executor import ExecutorDeps, RunHandle, execute_run
+from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
 from server.ids import new_id
-from server.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
-from server.pausing import mark_paused
+from server.observability.tracing import hex_trace_id
+from server.runs.approvals import expire_due
+from server.runs.executor import ExecutorDeps, RunHandle, execute_run
+from server.runs.pausing import mark_paused
 from server.settings import Settings
-from server.tracing import hex_trace_id
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from server.eventlog import Conn
+from server.events.log import Conn
 
 HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from psycopg import OperationalError
 from psycopg_pool import PoolTimeout
 
-from server.idempotency import IdempotencyKeyReusedError, InvalidIdempotencyKeyError
+from server.runs.idempotency import IdempotencyKeyReusedError, InvalidIdempotencyKeyError
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 
 from prometheus_client import Gauge
 
-from server.db import Pool
-from server.eventlog import read_events
-from server.notify import Notifier
-from server.runs import is_terminal
+from server.db.pool import Pool
+from server.domain import is_terminal
+from server.events.log import read_events
+from server.events.notify import Notifier
 
 TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 Row = tuple[int, str, str]  # (seq, type, SSE frame)

@@ -6,7 +6,7 @@ import logging
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-from server.db import Pool
+from server.db.pool import Pool
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from langgraph.errors import GraphBubbleUp
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from server.tracing import RunInfo, Tracing, cut, redact
+from server.observability.tracing import RunInfo, Tracing, cut, redact
 
 
 class TraceCallbackHandler(BaseCallbackHandler):

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from server.eventlog import EVENTS_CHANNEL, RUNS_CHANNEL
+from server.events.log import EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
 

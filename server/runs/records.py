@@ -9,8 +9,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db import Pool, retry_deadlocks
-from server.eventlog import (
+from server.db.pool import Pool, retry_deadlocks
+from server.domain import RunStatus, is_terminal
+from server.events.log import (
     Conn,
     NewEvent,
     RunFinishedError,
@@ -18,10 +19,9 @@ from server.eventlog import (
     append_events,
     new_head,
 )
-from server.idempotency import IdempotencyKey, find_response, remember_response
+from server.events.notify import CANCEL_CHANNEL
 from server.ids import new_id
-from server.notify import CANCEL_CHANNEL
-from server.runs import RunStatus, is_terminal
+from server.runs.idempotency import IdempotencyKey, find_response, remember_response
 
 
 class ConversationNotFoundError(LookupError):
@@ -197,7 +197,7 @@ async def create_run(
             (run after it), `reject` (ConversationBusyError), `interrupt` (cancel it first).
         user_limit: With the `reject` limit policy, the most runs a user may have queued or
             active; beyond it, TooManyRunsError. None queues without limit.
-        model_source: Why this model was picked (server/routing.py), kept in the event.
+        model_source: Why this model was picked (server/usage/routing.py), kept in the event.
     """
     message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
 

@@ -22,8 +22,8 @@ from nodes.models.demo import DemoChatModel
 from nodes.models.litellm_chat import LiteLLMChatModel
 from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
 from nodes.models.usage import Budget, RunTotals, UsageMeter
-from server.costs import Pricer, load_litellm
 from server.settings import Settings
+from server.usage.pricing import Pricer, load_litellm
 
 log = logging.getLogger(__name__)
 

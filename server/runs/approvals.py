@@ -17,10 +17,10 @@ from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db import Pool
-from server.eventlog import Conn, NewEvent, RunHead, append_events
-from server.store import get_run
-from server.writer import EventWriter
+from server.db.pool import Pool
+from server.events.log import Conn, NewEvent, RunHead, append_events
+from server.events.writer import EventWriter
+from server.runs.records import get_run
 from tools.validation import redact
 
 STATUS_BY_DECISION = {"approve": "approved", "reject": "rejected", "edit": "edited"}

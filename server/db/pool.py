@@ -32,12 +32,12 @@ async def database_url(settings: Settings) -> AsyncIterator[str]:
 
     The embedded server keeps its data in `settings.data_dir / "pg"`, so runs survive restarts,
     and is shared by every agentrt process on that folder (API, workers, CLI); the last of them
-    to exit stops it (server/embedded.py).
+    to exit stops it (server/db/embedded.py).
     """
     if settings.database_url:
         yield settings.database_url
         return
-    from server import embedded  # only the embedded mode needs pgserver
+    from server.db import embedded  # only the embedded mode needs pgserver
 
     url = await asyncio.to_thread(embedded.start, settings.data_dir)
     try:
@@ -73,7 +73,7 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
 
 
 def _migration_files() -> list[tuple[int, str, str]]:
-    folder = resources.files("server") / "migrations"
+    folder = resources.files("server.db") / "migrations"
     found = []
     for entry in folder.iterdir():
         if entry.name.endswith(".sql"):

@@ -33,8 +33,8 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from server.db import Pool
-from server.metrics import Metrics
+from server.db.pool import Pool
+from server.observability.metrics import Metrics
 from server.settings import Settings
 
 log = logging.getLogger(__name__)

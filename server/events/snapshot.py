@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.runs import RunStatus, check_transition
+from server.domain import RunStatus, check_transition
 
 Snapshot = dict[str, Any]
 
