@@ -1,5 +1,5 @@
 -- The usage and cost ledger: one row per model call (every attempt, failed ones too).
--- Rows are written in the same transaction as the run's `usage` event (server/eventlog.py),
+-- Rows are written in the same transaction as the run's `usage` event (server/events/log.py),
 -- so the ledger, the event log and the run's totals always agree. Money is numeric; a cost
 -- of NULL means the price is unknown (never zero). See docs/usage.md.
 

@@ -1,4 +1,4 @@
--- The checkpoint fence (server/checkpoint.py) as one statement, so that a fenced checkpoint
+-- The checkpoint fence (server/db/checkpoint.py) as one statement, so that a fenced checkpoint
 -- write can go to the server in a single pipelined round trip: hold the run's row in share
 -- mode until the transaction ends, and fail it unless the writer's lease generation is current.
 
