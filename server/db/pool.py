@@ -46,9 +46,19 @@ async def database_url(settings: Settings) -> AsyncIterator[str]:
         await asyncio.to_thread(embedded.release, settings.data_dir)
 
 
+CONNECT_TIMEOUT_S = 5
+RECONNECT_TIMEOUT_S = 10.0
+
+
 def connection_kwargs() -> dict[str, Any]:
     """Connection options shared by our code and the LangGraph checkpointer."""
-    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    return {
+        "autocommit": True,
+        "prepare_threshold": 0,
+        "row_factory": dict_row,
+        # A connection attempt to a database mid-restart must fail, not hang the pool's refill.
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
 
 
 @asynccontextmanager
@@ -64,6 +74,10 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
         # After a database restart, pooled connections are dead; check each one handed out.
         check=AsyncConnectionPool.check_connection,
         timeout=settings.db_pool_timeout_s,
+        # psycopg_pool backs off exponentially (1, 2, 4, ... s) until `reconnect_timeout`, and
+        # grows no further meanwhile: a database that flapped could leave the pool empty for
+        # minutes after it came back. Give up early; the next waiting request grows it anew.
+        reconnect_timeout=RECONNECT_TIMEOUT_S,
     )
     await pool.open(wait=True, timeout=30)
     try:

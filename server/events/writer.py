@@ -121,11 +121,15 @@ class EventWriter:
                 # The transaction may or may not have committed: re-read the head to know.
                 async with self._pool.connection() as conn:
                     fresh = await load_head(conn, self.run_id, lock=False)
-                if fresh.generation != self.head.generation:
-                    raise LeaseLostError(f"run {self.run_id}: lease taken over") from exc
-                if fresh.seq >= self.head.seq + len(batch):
-                    self.head = fresh
-                    return
+                    if fresh.generation != self.head.generation:
+                        raise LeaseLostError(f"run {self.run_id}: lease taken over") from exc
+                    if fresh.seq < self.head.seq + len(batch):
+                        continue  # not stored: append it again
+                    if not await _stored_here(conn, self.head, batch):
+                        # Someone else appended under our lease: never guess, stop the attempt.
+                        raise LeaseLostError(f"run {self.run_id}: the log moved") from exc
+                self.head = fresh
+                return
 
     async def _run(self) -> None:
         while True:
@@ -144,3 +148,12 @@ class EventWriter:
                         raise
                     return
             self._idle.set()
+
+
+async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent]) -> bool:
+    """Say whether the events right after `head` in the log are `batch` (by type)."""
+    cur = await conn.execute(
+        "SELECT type FROM run_events WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+        (head.run_id, head.seq, head.seq + len(batch)),
+    )
+    return [r["type"] for r in await cur.fetchall()] == [e.type for e in batch]

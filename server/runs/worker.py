@@ -337,8 +337,13 @@ class Worker:
                 except RunFinishedError:
                     continue
                 self.deps.metrics.events_written.inc()
+                # A new generation fences the lost attempt out: its worker may still be alive
+                # (it only lost touch with the database) and must write no more events or
+                # checkpoints for this run.
                 await conn.execute(
-                    "UPDATE runs SET recoveries = %s WHERE id = %s", (recoveries, row["id"])
+                    "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1"
+                    " WHERE id = %s",
+                    (recoveries, row["id"]),
                 )
                 count += 1
         return count
