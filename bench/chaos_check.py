@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from server.snapshot import ITEM_SEPARATOR, output_text
+from server.events.snapshot import ITEM_SEPARATOR, output_text
 
 TERMINAL = ("run.completed", "run.failed", "run.cancelled")
 

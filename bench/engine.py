@@ -25,9 +25,9 @@ from psycopg_pool import AsyncConnectionPool
 from graphs.agent import build_agent_graph
 from graphs.context import RunContext
 from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
-from server.db import connection_kwargs
+from server.db.pool import connection_kwargs
+from server.events.projection import STREAM_MODES
 from server.ids import new_id
-from server.projection import STREAM_MODES
 from tools.builtin import calculator
 
 TOOL_TURN: dict[str, Any] = {

@@ -32,8 +32,8 @@ from bench.common import (
     write_scripts,
 )
 from bench.engine import AGENT_SCRIPT, engine
-from server.db import Pool, open_pool
-from server.eventlog import NewEvent, append_events
+from server.db.pool import Pool, open_pool
+from server.events.log import NewEvent, append_events
 from server.ids import new_id
 from server.settings import Settings
 

@@ -30,11 +30,11 @@ from bench.common import (
 )
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
-from server.db import Pool, open_pool
-from server.eventlog import NewEvent, append_events
+from server.db.pool import Pool, open_pool
+from server.events.log import NewEvent, append_events
+from server.events.writer import EventWriter
 from server.ids import new_id
 from server.settings import Settings
-from server.writer import EventWriter
 
 OTHER_EVENTS = 7  # created, started, tool started/completed, item created/completed, completed
 

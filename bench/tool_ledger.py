@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg
 
 from server.auth import Principal
-from server.db import migrate, open_pool
+from server.db.pool import migrate, open_pool
+from server.runs.records import create_conversation, create_run
 from server.settings import Settings
-from server.store import create_conversation, create_run
 from tools.ledger import InMemoryToolLedger, PostgresToolLedger, ToolLedger
 from tools.pipeline import claim, execute
 from tools.policy import Toolbox, prepare

@@ -14,23 +14,27 @@ from langchain_core.tools import BaseTool
 from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from server.approvals import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
-from server.eventlog import RunFinishedError, RunNotFoundError
-from server.faults import install_fault_handlers
-from server.guards import RequestGuard
+from server.domain import IllegalTransitionError
+from server.errors import install_fault_handlers
+from server.events.log import RunFinishedError, RunNotFoundError
+from server.events.sse import Feeds
 from server.ids import new_id
-from server.models import ModelRegistry, UnknownModelError
-from server.pages import BadCursorError
-from server.pausing import RunForbiddenError, RunNotPausedError
+from server.process import open_runtime
 from server.routes import admin, approvals, conversations, health, observability, runs, usage
 from server.routes import tools as tools_routes
-from server.runs import IllegalTransitionError
-from server.runtime import open_runtime
-from server.schemas import errors
+from server.routes.guards import RequestGuard
+from server.routes.schemas import errors
+from server.runs.approvals import (
+    ApprovalDecidedError,
+    ApprovalForbiddenError,
+    ApprovalNotFoundError,
+)
+from server.runs.pages import BadCursorError
+from server.runs.pausing import RunForbiddenError, RunNotPausedError
+from server.runs.records import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
+from server.runs.toolbox import ToolConfigError
 from server.settings import Settings
-from server.sse import Feeds
-from server.store import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
-from server.tooling import ToolConfigError
+from server.usage.registry import ModelRegistry, UnknownModelError
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
 from tools.registry import ToolRegistry

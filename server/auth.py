@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import Depends, HTTPException, Request, status
 
-from server.db import Pool
+from server.db.pool import Pool
 from server.ids import new_id
 from server.settings import Settings
 

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from server.models import ModelRegistry
     from server.settings import Settings
+    from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 CLIENT = {"run", "runs", "approvals", "approve", "reject"}
 
 
 def _setup_logging(settings: Settings) -> None:
-    from server.logs import setup_logging
+    from server.observability.logs import setup_logging
 
     setup_logging(settings.log_level, settings.log_format)
 
@@ -31,7 +31,7 @@ def _setup_logging(settings: Settings) -> None:
 def _tools(settings: Settings) -> list[Any]:
     """Load the built-in tools and `AGENTRT_TOOL_MODULES`, or raise StartupError."""
     from server.app import default_tools
-    from server.cli_errors import StartupError
+    from server.client.errors import StartupError
 
     # A console script does not put the working directory on sys.path as `python -m` does;
     # appended (not prepended) so that a local file cannot shadow an installed module.
@@ -52,8 +52,8 @@ def _models(settings: Settings) -> ModelRegistry:
     import logging
     import threading
 
-    from server.cli_errors import StartupError
-    from server.models import ModelRegistry, UnknownModelError
+    from server.client.errors import StartupError
+    from server.usage.registry import ModelRegistry, UnknownModelError
 
     # Validating a litellm model imports litellm, seconds on a busy machine: say so if slow.
     slow = threading.Timer(
@@ -103,7 +103,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.process import DrainingServer
+    from server.serving import DrainingServer
 
     app = create_app(settings, models=models, tools=tools)
     print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
@@ -119,7 +119,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import signal
 
     from server.app import build_tool_registry
-    from server.runtime import open_runtime
+    from server.process import open_runtime
 
     if args.concurrency:
         settings = settings.model_copy(update={"worker_concurrency": args.concurrency})
@@ -147,7 +147,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _with_pool(settings: Settings, action: Any) -> Any:
-    from server.db import database_url, migrate, open_pool
+    from server.db.pool import database_url, migrate, open_pool
 
     async with (
         database_url(settings) as url,
@@ -190,8 +190,8 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     """Migrate, prune checkpoints, or stop the embedded database."""
     if args.action == "stop":
         return _db_stop(settings, args.force)
-    from server.maintenance import prune_checkpoints
-    from server.runtime import setup_checkpointer
+    from server.db.maintenance import prune_checkpoints
+    from server.process import setup_checkpointer
 
     async def act(pool: Any) -> str:
         checkpointer = await setup_checkpointer(pool)
@@ -206,7 +206,7 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _db_stop(settings: Settings, force: bool) -> int:
-    from server import embedded
+    from server.db import embedded
 
     if settings.database_url:
         print("agentrt: DATABASE_URL is set; there is no embedded database to stop")
@@ -242,16 +242,16 @@ def _run_continues(run_id: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `agentrt` command."""
-    from server.parser import build_parser
+    from server.client.parser import build_parser
 
     args = build_parser().parse_args(argv)
     import asyncio
 
-    from server.cli_errors import ClientError, StartupError
+    from server.client.errors import ClientError, StartupError
 
     if args.command in CLIENT:
-        from server.client import ClientConfig
-        from server.clientcmd import CLIENT_COMMANDS
+        from server.client.commands import CLIENT_COMMANDS
+        from server.client.follow import ClientConfig
 
         config = ClientConfig.load(getattr(args, "url", None), getattr(args, "api_key", None))
         try:

@@ -1,43 +1,162 @@
-"""The API server process: uvicorn with a drain that says what it does and can be hurried."""
+"""The process runtime: pool, migrations, checkpointer, graph, notifier and (optionally) worker.
+
+Shared by the API server (`create_app`'s lifespan) and the worker process (`agentrt worker`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import socket
-from types import FrameType
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
+from langgraph.graph.state import CompiledStateGraph
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from graphs.agent import build_agent_graph
+from server.db.checkpoint import FencedPostgresSaver
+from server.db.maintenance import prune_checkpoints
+from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
+from server.events.notify import Notifier
+from server.observability.metrics import Metrics
+from server.observability.tracing import Tracing
+from server.runs.executor import ExecutorDeps
+from server.runs.worker import Worker
+from server.settings import Settings
+from server.startup import check_database, redact_url, waiting
+from server.usage.registry import ModelRegistry
+from tools.registry import ToolRegistry
+
+log = logging.getLogger("agentrt")
 
 
-class DrainingServer(uvicorn.Server):
-    """Uvicorn, stopping the way an operator expects.
+@dataclass
+class Runtime:
+    """What a running process holds."""
 
-    The first SIGINT or SIGTERM logs how many runs are draining and for how long, ends open
-    event streams (clients resume elsewhere with Last-Event-ID) and lets runs stop at their next
-    step; a second one hands every run back to the queue at once, still through the app's
-    orderly shutdown (uvicorn's own second-signal exit skips it, and the cancelled clean-up
-    prints tracebacks); a third exits without it. Uvicorn's handler also re-raises the signal
-    after shutdown, which prints a KeyboardInterrupt traceback; this one exits quietly.
-    """
+    url: str
+    pool: Pool
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    checkpointer: FencedPostgresSaver
+    notifier: Notifier
+    worker: Worker | None
+    tracing: Tracing
+    metrics: Metrics
+    drain_grace_s: float = 20.0
+    # Set on the first stop request: open event streams end so that clients reconnect
+    # (with Last-Event-ID) to another server instead of holding this one up.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
-        super().__init__(config)
-        self._app = app
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._signals = 0
+    def request_stop(self) -> None:
+        """Announce the drain on the first call; hand every run back at once on the second.
 
-    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        """Serve until told to stop (see the class docstring)."""
-        self._loop = asyncio.get_running_loop()
-        await super().serve(sockets)
+        Must be called on the event loop's thread (`loop.call_soon_threadsafe` from a signal
+        handler).
+        """
+        if self.stopping.is_set():
+            if self.worker is not None:
+                log.warning(
+                    "stopping now: handing %d runs back to the queue",
+                    len(self.worker.active_runs),
+                )
+                self.worker.hurry.set()
+            return
+        self.stopping.set()
+        self.notifier.wake_all()
+        runs = len(self.worker.active_runs) if self.worker is not None else 0
+        log.warning(
+            "draining %d runs, up to %g s; press Ctrl-C again to stop now",
+            runs,
+            self.drain_grace_s if runs else 0,
+        )
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """Drain on the first signal, hand runs back on the second, exit at once on the third."""
-        self._signals += 1
-        runtime = getattr(self._app.state, "runtime", None)
-        if runtime is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(runtime.request_stop)
-        self.should_exit = True
-        if self._signals >= 3:
-            self.force_exit = True
+
+async def setup_checkpointer(pool: Pool) -> FencedPostgresSaver:
+    """Create LangGraph's (fenced) checkpointer on our pool and run its migrations once."""
+    checkpointer = FencedPostgresSaver(pool)
+    async with migration_lock(pool):
+        await checkpointer.setup()
+    return checkpointer
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings,
+    models: ModelRegistry,
+    tools: ToolRegistry,
+    *,
+    run_workers: bool,
+    span_exporters: Sequence[SpanExporter] = (),
+) -> AsyncIterator[Runtime]:
+    """Start everything a process needs; on exit drain the worker and close the rest."""
+    async with AsyncExitStack() as stack:
+        async with waiting(
+            "the embedded database to start" if not settings.database_url else "the database"
+        ):
+            url = await stack.enter_async_context(database_url(settings))
+            await check_database(url)
+        if models.needs_litellm:
+            async with waiting("litellm to load (model provider checks)"):
+                await asyncio.to_thread(models.warm_up)
+        async with waiting("the database connection pool"):
+            pool = await stack.enter_async_context(open_pool(url, settings))
+        async with waiting("schema migrations (another process may hold the migration lock)"):
+            applied = await migrate(pool)
+            checkpointer = await setup_checkpointer(pool)
+        graph = build_agent_graph().compile(checkpointer=checkpointer)
+        notifier = Notifier(url)
+        async with waiting("the notification listener"):
+            await notifier.start()
+        metrics = Metrics()
+        tracing = Tracing(pool, settings, metrics, span_exporters)
+        tracing.start()
+        worker = None
+        if run_workers:
+            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
+            worker = Worker(deps, notifier)
+            await worker.start()
+        log.info(
+            "agentrt ready: database %s%s, model %s, workers %s",
+            redact_url(url),
+            " (embedded)" if not settings.database_url else "",
+            settings.default_model,
+            f"in-process x{settings.worker_concurrency}" if worker else "none",
+        )
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+        housekeeping = (
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
+        )
+        try:
+            yield Runtime(
+                url,
+                pool,
+                graph,
+                checkpointer,
+                notifier,
+                worker,
+                tracing,
+                metrics,
+                drain_grace_s=settings.drain_grace_s,
+            )
+        finally:
+            if housekeeping is not None:
+                housekeeping.cancel()
+                await asyncio.gather(housekeeping, return_exceptions=True)
+            if worker is not None:
+                await worker.stop()
+            await tracing.stop()
+            await notifier.stop()
+
+
+async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings) -> None:
+    while True:
+        await asyncio.sleep(settings.prune_interval_s)
+        try:
+            await prune_checkpoints(
+                pool, checkpointer, retention_days=settings.checkpoint_retention_days
+            )
+        except Exception:
+            log.exception("checkpoint pruning failed; will retry")

@@ -145,7 +145,7 @@ class Settings(BaseSettings):
 
     sse_heartbeat_s: float = 15.0
     sse_replay_page: int = 5000
-    # Frames of each live run kept in memory for its streams (server/sse.py RunFeed).
+    # Frames of each live run kept in memory for its streams (server/events/sse.py RunFeed).
     sse_feed_keep: int = 10_000
 
     @field_validator("tool_modules", mode="before")

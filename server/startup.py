@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from server.cli_errors import StartupError
+from server.client.errors import StartupError
 
 log = logging.getLogger("agentrt")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server.db import Pool, migrate, open_pool
+from server.db.pool import Pool, migrate, open_pool
 from server.settings import Settings
 from tests.support.postgres import create_database, drop_database, server_url, stop_server
 

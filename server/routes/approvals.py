@@ -7,7 +7,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from server.approvals import (
+from server.auth import CurrentPrincipal, Principal
+from server.routes.guards import CleanText
+from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, Approval, ApprovalList, errors
+from server.runs.approvals import (
     ApprovalForbiddenError,
     approval_view,
     decide,
@@ -15,10 +18,7 @@ from server.approvals import (
     list_approvals,
     run_approvals,
 )
-from server.auth import CurrentPrincipal, Principal
-from server.guards import CleanText
-from server.schemas import BODY_ERRORS, COMMON_ERRORS, Approval, ApprovalList, errors
-from server.tooling import principal_toolbox
+from server.runs.toolbox import principal_toolbox
 from tools.errors import ToolCallError
 from tools.validation import validate_args
 

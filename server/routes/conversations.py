@@ -9,12 +9,8 @@ from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Resp
 from pydantic import BaseModel, ConfigDict, Field
 
 from server.auth import CurrentPrincipal, Principal
-from server.guards import CleanText, is_blank, metadata_problem
-from server.idempotency import HEADER as IDEMPOTENCY_HEADER
-from server.idempotency import idempotency_key
-from server.pages import conversations_page, runs_page
-from server.routing import pick_model
-from server.schemas import (
+from server.routes.guards import CleanText, is_blank, metadata_problem
+from server.routes.schemas import (
     BODY_ERRORS,
     COMMON_ERRORS,
     Conversation,
@@ -24,7 +20,10 @@ from server.schemas import (
     RunPage,
     errors,
 )
-from server.store import (
+from server.runs.idempotency import HEADER as IDEMPOTENCY_HEADER
+from server.runs.idempotency import idempotency_key
+from server.runs.pages import conversations_page, runs_page
+from server.runs.records import (
     accept_message,
     conversation_view,
     create_conversation,
@@ -33,6 +32,7 @@ from server.store import (
     message_view,
     run_view,
 )
+from server.usage.routing import pick_model
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], responses=COMMON_ERRORS)
 

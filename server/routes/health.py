@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from server.schemas import Health, Readiness
+from server.routes.schemas import Health, Readiness
 
 router = APIRouter(tags=["health"])
 

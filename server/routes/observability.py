@@ -8,10 +8,10 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from server.auth import CurrentPrincipal, Principal
+from server.observability.traces import load_payload, load_trace
 from server.routes.admin import require_admin
-from server.schemas import COMMON_ERRORS, Trace, errors
-from server.store import get_run
-from server.traces import load_payload, load_trace
+from server.routes.schemas import COMMON_ERRORS, Trace, errors
+from server.runs.records import get_run
 
 router = APIRouter(tags=["observability"], responses=COMMON_ERRORS)
 

@@ -8,10 +8,10 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
 from server.auth import CurrentPrincipal, Principal
-from server.pages import runs_page
-from server.pausing import request_pause, request_resume
-from server.runs import RunStatus
-from server.schemas import (
+from server.domain import RunStatus
+from server.events.snapshot import output_text
+from server.events.sse import event_stream
+from server.routes.schemas import (
     COMMON_ERRORS,
     CancelledRun,
     PausedRun,
@@ -21,9 +21,9 @@ from server.schemas import (
     errors,
     sse_frame_schema,
 )
-from server.snapshot import output_text
-from server.sse import event_stream
-from server.store import get_run, request_cancel, run_view
+from server.runs.pages import runs_page
+from server.runs.pausing import request_pause, request_resume
+from server.runs.records import get_run, request_cancel, run_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
 

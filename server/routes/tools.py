@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Request
 
 from server.auth import CurrentPrincipal, Principal
-from server.guards import CleanText
-from server.schemas import BODY_ERRORS, COMMON_ERRORS, ToolConfigView, ToolList, errors
-from server.tooling import check_overlay, load_overlay, principal_toolbox, store_overlay
+from server.routes.guards import CleanText
+from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, ToolConfigView, ToolList, errors
+from server.runs.toolbox import check_overlay, load_overlay, principal_toolbox, store_overlay
 from tools.config import TenantToolConfig
 from tools.policy import approval_reason
 

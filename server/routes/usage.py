@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from server.auth import CurrentPrincipal, Principal
-from server.executor import run_budget
-from server.ledger import GroupBy, daily_usage, run_calls
-from server.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
-from server.store import get_run
+from server.routes.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
+from server.runs.executor import run_budget
+from server.runs.records import get_run
+from server.usage.ledger import GroupBy, daily_usage, run_calls
 
 router = APIRouter(tags=["usage"], responses=COMMON_ERRORS)
 

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from nodes.models.scripted import ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, serve
 
 MAX_BODY = 8192

@@ -14,9 +14,9 @@ from langchain_core.messages import ToolMessage
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, serve, wait_for_event, wait_for_status
 from tools.config import ToolConfig
 from tools.spec import CallContext, agent_tool

@@ -10,8 +10,8 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.models import ModelRegistry
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, rebuild_output, serve
 
 SCRIPTS = {

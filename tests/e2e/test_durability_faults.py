@@ -19,9 +19,9 @@ import pytest
 
 from nodes.models.scripted import FRESH_ID, ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.faults import HOLD_LOCK, arm, held_writes, install_faults
 from tests.support.live import SseEvent, read_sse, rebuild_output, serve
 from tests.support.processes import worker_env, workers, write_scripts

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from server import embedded
+from server.db import embedded
 from tests.support.live import free_port
 from tests.support.processes import ROOT, WorkerProcess, worker_env
 

@@ -11,8 +11,8 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.models import ModelRegistry
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import SseEvent, read_sse, serve
 
 STREAMING = [

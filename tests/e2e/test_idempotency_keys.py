@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from server.app import create_app
-from server.db import Pool
+from server.db.pool import Pool
 from server.settings import Settings
 from tests.support.live import serve
 

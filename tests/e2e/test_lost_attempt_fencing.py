@@ -9,11 +9,11 @@ import pytest
 
 from server.app import create_app
 from server.auth import Principal
-from server.db import Pool
-from server.eventlog import LeaseLostError, NewEvent, append_events, load_head, read_events
+from server.db.pool import Pool
+from server.events.log import LeaseLostError, NewEvent, append_events, load_head, read_events
+from server.events.writer import EventWriter
+from server.runs.records import create_conversation, create_run
 from server.settings import Settings
-from server.store import create_conversation, create_run
-from server.writer import EventWriter
 from tests.support.live import serve
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,8 +12,8 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.models import ModelRegistry
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support import mcp_server
 from tests.support.live import free_port, read_sse, serve
 from tools.config import ToolConfig

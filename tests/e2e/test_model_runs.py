@@ -12,10 +12,10 @@ from pydantic import SecretStr
 
 from nodes.models.usage import TokenUsage
 from server.app import create_app
-from server.costs import cost_of, load_litellm
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import ModelPrice, RouteRule, Settings
+from server.usage.pricing import cost_of, load_litellm
+from server.usage.registry import ModelRegistry
 from tests.support.fake_openai import (
     FakeOpenAI,
     FakeToolCall,

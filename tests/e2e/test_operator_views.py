@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app, default_tools
 from server.auth import Principal, create_api_key
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, serve, wait_for_status
 from tests.support.tools import launch_rocket
 

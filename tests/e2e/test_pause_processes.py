@@ -14,9 +14,9 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.db import Pool
-from server.models import ModelRegistry
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import SseEvent, read_sse, rebuild_output, serve, wait_for_status
 from tests.support.processes import WorkerProcess, worker_env, write_scripts
 

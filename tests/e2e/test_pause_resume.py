@@ -15,13 +15,13 @@ from fastapi import FastAPI
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
-from server.cli_errors import ClientError
-from server.client import ClientConfig
-from server.clientcmd import cmd_runs
-from server.db import Pool
-from server.models import ModelRegistry
-from server.parser import build_parser
+from server.client.commands import cmd_runs
+from server.client.errors import ClientError
+from server.client.follow import ClientConfig
+from server.client.parser import build_parser
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import SseEvent, read_sse, rebuild_output, serve, wait_for_status
 from tests.support.tools import bump_counter, launch_rocket
 

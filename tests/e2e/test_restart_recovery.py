@@ -13,12 +13,12 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
-from server.client import ClientConfig
-from server.clientcmd import cmd_approvals
-from server.db import Pool
-from server.models import ModelRegistry
-from server.parser import build_parser
+from server.client.commands import cmd_approvals
+from server.client.follow import ClientConfig
+from server.client.parser import build_parser
+from server.db.pool import Pool
 from server.settings import Settings
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, serve, wait_for_event, wait_for_status
 from tools.spec import CallContext, ToolSpec, agent_tool
 

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app, default_tools
-from server.models import ModelRegistry
+from server.observability.traces import render_tree
 from server.settings import Settings
-from server.traces import render_tree
+from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, serve, wait_for_status
 from tools.errors import RetryableToolError
 from tools.spec import RetryPolicy, agent_tool

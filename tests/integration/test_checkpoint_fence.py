@@ -10,11 +10,11 @@ from graphs.agent import build_agent_graph
 from graphs.context import RunContext
 from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
 from server.auth import Principal
-from server.checkpoint import FENCE_GENERATION, FENCE_RUN
-from server.db import Pool
-from server.eventlog import LeaseLostError
-from server.runtime import setup_checkpointer
-from server.store import create_conversation, create_run
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
+from server.db.pool import Pool
+from server.events.log import LeaseLostError
+from server.process import setup_checkpointer
+from server.runs.records import create_conversation, create_run
 
 WHO = Principal("t", "u")
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from server.db import Pool, retry_deadlocks
+from server.db.pool import Pool, retry_deadlocks
 
 pytestmark = pytest.mark.timeout(60)
 

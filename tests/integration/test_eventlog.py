@@ -8,8 +8,9 @@ import json
 import pytest
 
 from server.auth import Principal
-from server.db import Pool
-from server.eventlog import (
+from server.db.pool import Pool
+from server.domain import IllegalTransitionError
+from server.events.log import (
     LeaseLostError,
     NewEvent,
     RunFinishedError,
@@ -17,10 +18,9 @@ from server.eventlog import (
     load_head,
     read_events,
 )
-from server.runs import IllegalTransitionError
-from server.snapshot import apply_event, empty_snapshot
-from server.store import create_conversation, create_run
-from server.writer import EventWriter
+from server.events.snapshot import apply_event, empty_snapshot
+from server.events.writer import EventWriter
+from server.runs.records import create_conversation, create_run
 
 WHO = Principal("t1", "u1")
 

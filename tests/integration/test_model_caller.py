@@ -22,8 +22,8 @@ from nodes.models.breaker import CircuitBreakers
 from nodes.models.caller import ModelChoice, ModelPolicy, ResilientModelCaller
 from nodes.models.litellm_chat import LiteLLMChatModel
 from nodes.models.usage import Budget, UsageMeter
-from server.costs import load_litellm
 from server.settings import Settings
+from server.usage.pricing import load_litellm
 from tests.support.fake_openai import (
     FakeOpenAI,
     FakeToolCall,

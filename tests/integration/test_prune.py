@@ -10,13 +10,13 @@ from langchain_core.runnables import RunnableConfig
 from nodes.models.scripted import ScriptedTurn
 from server.app import build_tool_registry
 from server.auth import Principal
-from server.db import Pool
-from server.eventlog import load_head
-from server.maintenance import prune_checkpoints
-from server.models import ModelRegistry
-from server.runtime import Runtime, open_runtime
+from server.db.maintenance import prune_checkpoints
+from server.db.pool import Pool
+from server.events.log import load_head
+from server.process import Runtime, open_runtime
+from server.runs.records import create_conversation, create_run
 from server.settings import Settings
-from server.store import create_conversation, create_run
+from server.usage.registry import ModelRegistry
 
 WHO = Principal("t", "u")
 

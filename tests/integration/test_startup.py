@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.db import migrate, open_pool
-from server.runtime import setup_checkpointer
+from server.db.pool import migrate, open_pool
+from server.process import setup_checkpointer
 from server.settings import Settings
 from tests.support.postgres import create_database, drop_database
 

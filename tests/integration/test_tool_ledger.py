@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from server.auth import Principal
-from server.db import Pool
-from server.store import create_conversation, create_run
+from server.db.pool import Pool
+from server.runs.records import create_conversation, create_run
 from tools.ledger import Claim, LedgerEntry, PostgresToolLedger, idempotency_key
 
 WHO = Principal("t1", "u1", frozenset())

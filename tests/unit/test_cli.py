@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from server.client import Renderer
-from server.parser import build_parser
+from server.client.follow import Renderer
+from server.client.parser import build_parser
 from server.settings import Settings
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from server.client import Renderer
-from server.parser import build_parser
+from server.client.follow import Renderer
+from server.client.parser import build_parser
 
 
 def test_pause_and_resume_are_shown_with_the_command_to_resume() -> None:

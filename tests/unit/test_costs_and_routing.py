@@ -8,10 +8,10 @@ import pytest
 
 from nodes.errors import BudgetExceededError
 from nodes.models.usage import Budget, CallCost, RunTotals, TokenUsage, UsageMeter
-from server.costs import Pricer, cost_of
-from server.executor import run_budget
-from server.routing import pick_model
+from server.runs.executor import run_budget
 from server.settings import ModelPrice, RouteRule, Settings
+from server.usage.pricing import Pricer, cost_of
+from server.usage.routing import pick_model
 
 
 def settings(**kw: object) -> Settings:

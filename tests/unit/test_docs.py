@@ -6,7 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
-from server.parser import build_parser
+from server.client.parser import build_parser
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

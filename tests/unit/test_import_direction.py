@@ -1,4 +1,8 @@
-"""Imports flow one way: state/context, tools, skills <- nodes <- graphs.agent <- server."""
+"""Imports flow one way: state/context, tools, skills <- nodes <- graphs.agent <- server.
+
+Inside server/: routes -> (runs, events, usage, observability) -> db -> domain, with app.py,
+process.py and the command line wiring it all together above the routes.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,32 @@ FORBIDDEN = {
     "server": {"tests"},
 }
 
+# What wires the server together; the layers below never import it.
+WIRING = {
+    "server.app",
+    "server.process",
+    "server.serving",
+    "server.startup",
+    "server.cli",
+    "server.client",
+}
+# The inner layers of server/: for each, the server modules it may not import.
+SERVER_FORBIDDEN = {
+    "server.runs": {"server.routes", *WIRING},
+    "server.events": {"server.runs", "server.routes", *WIRING},
+    "server.usage": {"server.routes", *WIRING},
+    "server.observability": {"server.routes", *WIRING},
+}
+# The lowest layers: the only server modules each may import (besides its own package).
+SERVER_ALLOWED = {
+    "server.domain": set[str](),
+    "server.db": {"server.domain", "server.settings", "server.ids"},
+}
+# Imports that break a rule today and need more than a move to fix (issue 11's error taxonomy).
+KNOWN_EXCEPTIONS = {
+    ("server/db/checkpoint.py", "server.events.log"),  # LeaseLostError lives in the event log
+}
+
 
 def imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -23,7 +53,18 @@ def imported_modules(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            if node.module == "server":  # `from server import app` imports server.app
+                found.update(f"server.{alias.name}" for alias in node.names)
     return found
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def files_of(package: str) -> list[Path]:
+    base = ROOT / package.replace(".", "/")
+    return sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
 
 
 def test_no_package_imports_against_the_direction() -> None:
@@ -34,6 +75,41 @@ def test_no_package_imports_against_the_direction() -> None:
                 if any(module == b or module.startswith(b + ".") for b in banned):
                     violations.append(f"{path.relative_to(ROOT)} imports {module}")
     assert violations == []
+
+
+def test_server_layers_import_only_downwards() -> None:
+    violations = []
+    for package, banned in SERVER_FORBIDDEN.items():
+        for path in files_of(package):
+            for module in imported_modules(path):
+                if any(within(module, b) for b in banned):
+                    violations.append((path.relative_to(ROOT).as_posix(), module))
+    for package, allowed in SERVER_ALLOWED.items():
+        for path in files_of(package):
+            for module in imported_modules(path):
+                if (
+                    within(module, "server")
+                    and not within(module, package)
+                    and not any(within(module, a) for a in allowed)
+                    and module != "server"
+                ):
+                    violations.append((path.relative_to(ROOT).as_posix(), module))
+    assert sorted(set(violations) - KNOWN_EXCEPTIONS) == []
+
+
+def test_known_exceptions_still_exist() -> None:
+    for path, module in KNOWN_EXCEPTIONS:
+        assert module in imported_modules(ROOT / path), f"{path} no longer imports {module}"
+
+
+def test_only_the_app_imports_the_routes() -> None:
+    importers = set()
+    for path in (ROOT / "server").rglob("*.py"):
+        if within(".".join(path.relative_to(ROOT).with_suffix("").parts), "server.routes"):
+            continue
+        if any(within(module, "server.routes") for module in imported_modules(path)):
+            importers.add(path.relative_to(ROOT).as_posix())
+    assert importers <= {"server/app.py"}
 
 
 def test_graph_state_imports_nothing_of_ours_and_context_only_leaves() -> None:

@@ -8,7 +8,7 @@ import logging
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from server.logs import ContextFilter, HumanFormatter, JsonFormatter, run_context
+from server.observability.logs import ContextFilter, HumanFormatter, JsonFormatter, run_context
 
 
 def make_record(message: str) -> logging.LogRecord:

@@ -6,7 +6,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from server.projection import StreamProjector
+from server.events.projection import StreamProjector
 
 
 def test_answers_missing_from_the_log_are_replayed_under_new_item_ids() -> None:

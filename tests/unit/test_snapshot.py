@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from server.runs import IllegalTransitionError
-from server.snapshot import apply_event, empty_snapshot, output_text, streaming_item_ids
+from server.domain import IllegalTransitionError
+from server.events.snapshot import apply_event, empty_snapshot, output_text, streaming_item_ids
 
 
 def fold(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from server.runs import (
+from server.domain import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransitionError,

@@ -1,0 +1,102 @@
+"""LangGraph's Postgres checkpointer, fenced by the run's lease.
+
+A worker whose lease was taken over must not write a checkpoint that wins. Every checkpoint
+write of a run executes in one transaction that first takes a share lock on the run's row and
+checks the lease generation the worker holds (`agentrt_fence()`, migration 0006). A takeover
+(which updates that row) therefore either waits for the write to commit, or commits first and
+makes the write fail.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.postgres import _ainternal
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow, dict_row
+
+from server.events.log import LeaseLostError
+
+FENCE_RUN = "agentrt_run_id"
+FENCE_GENERATION = "agentrt_lease_generation"
+FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
+_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "agentrt_fence", default=None
+)
+
+
+def fence_of(config: RunnableConfig) -> tuple[str, int] | None:
+    """Return the (run id, lease generation) a checkpoint write must hold, if any."""
+    configurable = config.get("configurable", {})
+    if FENCE_RUN in configurable and FENCE_GENERATION in configurable:
+        return str(configurable[FENCE_RUN]), int(configurable[FENCE_GENERATION])
+    return None
+
+
+class FencedPostgresSaver(AsyncPostgresSaver):
+    """`AsyncPostgresSaver` whose writes for a leased run are refused once the lease is lost.
+
+    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable`; writes
+    without them (LangGraph tooling, tests) behave exactly as the base class.
+    """
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        token = _fence.set(fence_of(config))
+        try:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        finally:
+            _fence.reset(token)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        token = _fence.set(fence_of(config))
+        try:
+            await super().aput_writes(config, writes, task_id, task_path)
+        finally:
+            _fence.reset(token)
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        fence = _fence.get()
+        if fence is None:
+            async with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+            return
+        run_id, generation = fence
+        # The base class serialises on self.lock because it may own a single connection;
+        # with a pool each write has its own connection, so runs need not wait for each other.
+        # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
+        # implicit transaction, so the fence and the writes commit (or fail) together in one
+        # round trip, and the fence's row lock is held until then.
+        try:
+            async with (
+                _ainternal.get_connection(self.conn) as conn,
+                conn.pipeline(),
+                conn.cursor(binary=True, row_factory=dict_row) as cur,
+            ):
+                await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
+                yield cur
+        except psycopg.Error as exc:
+            if exc.sqlstate == FENCE_SQLSTATE:
+                raise LeaseLostError(
+                    f"run {run_id}: checkpoint refused, lease generation {generation} superseded"
+                ) from exc
+            raise

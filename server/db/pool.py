@@ -1,0 +1,161 @@
+"""Database access: the embedded server, the one connection pool, and schema migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any, TypeVar
+
+from psycopg import AsyncConnection, errors
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Any constant works; it only has to be the same in every process that migrates.
+_MIGRATION_LOCK = 7_262_616_001
+
+Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+T = TypeVar("T")
+_DEADLOCK_TRIES = 5
+
+
+@asynccontextmanager
+async def database_url(settings: Settings) -> AsyncIterator[str]:
+    """Yield `DATABASE_URL`, or start (or join) the embedded PostgreSQL and yield its URL.
+
+    The embedded server keeps its data in `settings.data_dir / "pg"`, so runs survive restarts,
+    and is shared by every agentrt process on that folder (API, workers, CLI); the last of them
+    to exit stops it (server/db/embedded.py).
+    """
+    if settings.database_url:
+        yield settings.database_url
+        return
+    from server.db import embedded  # only the embedded mode needs pgserver
+
+    url = await asyncio.to_thread(embedded.start, settings.data_dir)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(embedded.release, settings.data_dir)
+
+
+CONNECT_TIMEOUT_S = 5
+RECONNECT_TIMEOUT_S = 10.0
+
+
+def connection_kwargs() -> dict[str, Any]:
+    """Connection options shared by our code and the LangGraph checkpointer."""
+    return {
+        "autocommit": True,
+        "prepare_threshold": 0,
+        "row_factory": dict_row,
+        # A connection attempt to a database mid-restart must fail, not hang the pool's refill.
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
+
+
+@asynccontextmanager
+async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
+    """Open the process-wide connection pool."""
+    pool: Pool = AsyncConnectionPool(
+        url,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        kwargs=connection_kwargs(),
+        open=False,
+        name="agentrt",
+        # After a database restart, pooled connections are dead; check each one handed out.
+        check=AsyncConnectionPool.check_connection,
+        timeout=settings.db_pool_timeout_s,
+        # psycopg_pool backs off exponentially (1, 2, 4, ... s) until `reconnect_timeout`, and
+        # grows no further meanwhile: a database that flapped could leave the pool empty for
+        # minutes after it came back. Give up early; the next waiting request grows it anew.
+        reconnect_timeout=RECONNECT_TIMEOUT_S,
+    )
+    await pool.open(wait=True, timeout=30)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def _migration_files() -> list[tuple[int, str, str]]:
+    folder = resources.files("server.db") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            found.append((version, entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+@asynccontextmanager
+async def migration_lock(pool: Pool) -> AsyncIterator[AsyncConnection[dict[str, Any]]]:
+    """Hold the migration advisory lock, so concurrent start-ups (API, workers) are safe.
+
+    Waits by polling `pg_try_advisory_lock`, not by blocking in `pg_advisory_lock`: a session
+    blocked in a statement holds a snapshot, and the checkpointer's `CREATE INDEX
+    CONCURRENTLY` (run by the lock holder) waits for every such snapshot, a deadlock
+    Postgres does not detect (docs/decisions/0601-startup-lock-polling.md).
+    """
+    async with pool.connection() as conn:
+        while True:
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (_MIGRATION_LOCK,))
+            row = await cur.fetchone()
+            if row is not None and row["got"]:
+                break
+            await asyncio.sleep(0.05)
+        try:
+            yield conn
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+
+
+async def migrate(pool: Pool) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return the applied names."""
+    applied: list[str] = []
+    async with migration_lock(pool) as conn:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT version FROM schema_migrations")
+        done = {row["version"] for row in await cur.fetchall()}
+        for version, name, sql in _migration_files():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql.encode(), prepare=False)  # many statements
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                    (version, name),
+                )
+            log.info("applied migration %s", name)
+            applied.append(name)
+    return applied
+
+
+async def retry_deadlocks(attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run `attempt` (one whole transaction) again when Postgres aborted it to break a deadlock.
+
+    The lock order makes deadlocks unlikely, not impossible (foreign-key checks take locks
+    too), and an aborted transaction left nothing behind, so running it again is safe.
+    """
+    for tries in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            return await attempt()
+        except (errors.DeadlockDetected, errors.SerializationFailure):
+            if tries == _DEADLOCK_TRIES:
+                raise
+            log.warning("transaction aborted by a deadlock; trying again (%d)", tries)
+            # Jittered, so that the transactions that collided do not collide again in step.
+            await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
+    raise AssertionError("unreachable")

@@ -1,0 +1,291 @@
+"""The per-run event log: gapless `seq`, snapshot kept in step, and live notification.
+
+Every append allocates the next `seq` values under a conditional update of the run's row,
+folds the events into the stored snapshot, moves the run's status, and NOTIFYs listeners,
+atomically (one statement, or one transaction when the row must be read first).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from server.domain import RunStatus, is_terminal
+from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
+from server.usage.ledger import USAGE_EVENT, store_model_calls
+
+EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
+RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
+Conn = AsyncConnection[dict[str, Any]]
+
+
+class RunNotFoundError(LookupError):
+    """The run does not exist (or belongs to another tenant)."""
+
+
+class RunFinishedError(RuntimeError):
+    """The run already reached a terminal status; nothing more may be appended."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is already {status}")
+        self.status = status
+
+
+class LeaseLostError(RuntimeError):
+    """Another worker took the run over; this one must stop writing for it."""
+
+
+@dataclass
+class NewEvent:
+    """An event before it is stored: `seq` and `ts` are given at append time."""
+
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StoredEvent:
+    """An event as it is in the log and on the wire."""
+
+    run_id: str
+    seq: int
+    type: str
+    ts: datetime
+    data: dict[str, Any]
+
+    def to_json(self) -> str:
+        """Serialise as the wire format `{"seq","type","runId","ts","data"}`."""
+        return encode_event(self.run_id, self.seq, self.type, self.ts, json.dumps(self.data))
+
+
+def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
+    """Build the wire JSON of an event from its parts; `data_json` is already JSON text."""
+    stamp = ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return f'{{"seq":{seq},"type":"{kind}","runId":"{run_id}","ts":"{stamp}","data":{data_json}}}'
+
+
+@dataclass
+class RunHead:
+    """What an appender must know of a run: its last seq, status, snapshot and lease."""
+
+    run_id: str
+    seq: int
+    status: str
+    attempt: int
+    snapshot: Snapshot
+    generation: int
+
+
+async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
+    """Read the run's head, locking its row when `lock` (inside a transaction).
+
+    `FOR NO KEY UPDATE`, the lock the API's posts and cancels take first: taking it again here
+    is no upgrade, which could wait on rows referencing the run (docs/decisions/1020).
+    """
+    cur = await conn.execute(
+        "SELECT last_event_seq, status, attempt, snapshot, lease_generation FROM runs WHERE id = %s"
+        + (" FOR NO KEY UPDATE" if lock else ""),
+        (run_id,),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    return head_of(run_id, row)
+
+
+def head_of(run_id: str, row: dict[str, Any]) -> RunHead:
+    """The head of a run from its `runs` row (as read under the caller's lock or claim)."""
+    return RunHead(
+        run_id,
+        row["last_event_seq"],
+        row["status"],
+        row["attempt"],
+        row["snapshot"] or empty_snapshot(run_id),
+        row["lease_generation"],
+    )
+
+
+def new_head(run_id: str) -> RunHead:
+    """The head of a run just inserted in the caller's transaction, before `run.created`."""
+    return RunHead(run_id, 0, "queued", 0, empty_snapshot(run_id), 0)
+
+
+_MOVE = """
+UPDATE runs SET
+    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
+    updated_at = now(),
+    started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
+    finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
+    error_type = COALESCE(%(error_type)s, error_type),
+    error_message = COALESCE(%(error_message)s, error_message),
+    error_details = COALESCE(%(error_details)s, error_details),
+    usage = COALESCE(%(usage)s, usage),
+    lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
+    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
+    deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
+WHERE id = %(id)s AND last_event_seq = %(prev)s
+  AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
+RETURNING id
+"""
+# A small batch in one statement, atomic even outside a transaction: move the run's head if
+# nobody else has (fencing and serialising appenders), store the events, notify listeners.
+_APPEND = f"""
+WITH moved AS ({_MOVE}), stored AS (
+    INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
+    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
+    FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
+        AS e(seq, type, data)
+), woken AS (
+    SELECT pg_notify(%(events_channel)s, %(payload)s) FROM moved
+    UNION ALL
+    SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
+)
+SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
+"""
+# Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
+_STATEMENT_MAX = 64
+
+
+async def append_events(
+    conn: Conn,
+    run_id: str,
+    events: list[NewEvent],
+    *,
+    generation: int | None = None,
+    head: RunHead | None = None,
+    extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+) -> tuple[RunHead, list[StoredEvent]]:
+    """Append `events` to the run's log atomically and return the new head.
+
+    Args:
+        conn: A connection from the pool (autocommit), or one inside the caller's transaction.
+        run_id: The run.
+        events: Events in order.
+        generation: The caller's lease generation (fencing token); None for callers that act
+            on unleased runs, such as the API cancelling a queued run.
+        head: The caller's cached head (a worker's, from its previous append). The update is
+            then conditional on nobody else having appended since, and the append is a single
+            statement; otherwise the row is locked and read first.
+        extra: Runs in the same transaction after the events are stored (e.g. store the
+            assistant message together with `run.completed`).
+
+    Raises:
+        LeaseLostError: `generation` is no longer the run's lease generation.
+        RunFinishedError: the run is already terminal.
+        IllegalTransitionError: an event would move the status along a forbidden edge.
+    """
+    if head is not None and extra is None:
+        return await _append(conn, head, events, generation)
+    async with conn.transaction():
+        if head is None:
+            head = await load_head(conn, run_id, lock=True)
+            if generation is not None and head.generation != generation:
+                raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
+        new_head, stored = await _append(conn, head, events, generation)
+        if extra is not None:
+            await extra(conn, new_head)
+    return new_head, stored
+
+
+async def _append(
+    conn: Conn, head: RunHead, events: list[NewEvent], generation: int | None
+) -> tuple[RunHead, list[StoredEvent]]:
+    run_id = head.run_id
+    if is_terminal(head.status):
+        raise RunFinishedError(run_id, head.status)
+    # A copy, so that a failed append leaves the caller's cached head untouched.
+    snapshot = copy_snapshot(head.snapshot)
+    now = datetime.now(UTC)
+    stored: list[StoredEvent] = []
+    seq = head.seq
+    attempt = head.attempt
+    for event in events:
+        seq += 1
+        if event.type == "run.started":
+            attempt = event.data.get("attempt", attempt)
+        apply_event(snapshot, seq, event.type, event.data)
+        stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
+    status = snapshot["status"]
+    failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
+    # Usage events also write ledger rows, so they take the transactional path below.
+    usage_changed = any(e.type == USAGE_EVENT for e in stored)
+    params = {
+        "seq": seq,
+        "snapshot": Jsonb(snapshot),
+        "status": status,
+        "terminal": is_terminal(status),
+        "release": is_terminal(status)
+        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED),
+        "error_type": failed.data.get("errorType") if failed else None,
+        "error_message": failed.data.get("message") if failed else None,
+        "error_details": Jsonb(error_details(failed.data)) if failed else None,
+        "usage": Jsonb(snapshot.get("usage", {})) if usage_changed else None,
+        "id": run_id,
+        "prev": head.seq,
+        "generation": generation,
+        "ts": now,
+        "attempt": attempt,
+        "seqs": [e.seq for e in stored],
+        "types": [e.type for e in stored],
+        "datas": [json.dumps(e.data) for e in stored],
+        "events_channel": EVENTS_CHANNEL,
+        "payload": f"{run_id}:{seq}",
+        "runs_channel": RUNS_CHANNEL,
+        "queued": status == RunStatus.QUEUED,
+    }
+    if len(stored) <= _STATEMENT_MAX and not usage_changed:
+        cur = await conn.execute(_APPEND, params)
+        row = await cur.fetchone()
+        moved = row is not None and row["moved"] == 1
+    else:
+        moved = await _append_in_transaction(conn, params, stored)
+    if not moved:
+        raise LeaseLostError(f"run {run_id}: appended to by someone else")
+    return RunHead(run_id, seq, status, attempt, snapshot, head.generation), stored
+
+
+async def _append_in_transaction(
+    conn: Conn, params: dict[str, Any], stored: list[StoredEvent]
+) -> bool:
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(_MOVE, params)
+        if cur.rowcount != 1:
+            return False
+        # The conditional update above both fences and serialises appenders, so the seq values
+        # below are ours alone.
+        async with cur.copy(
+            "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
+        ) as copy:
+            for ev, data in zip(stored, params["datas"], strict=True):
+                await copy.write_row((ev.run_id, ev.seq, ev.type, ev.ts, params["attempt"], data))
+        await store_model_calls(cur, stored[0].run_id, stored)
+        await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
+        if params["queued"]:
+            await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
+    return True
+
+
+def error_details(data: dict[str, Any]) -> dict[str, Any]:
+    """Return what a `run.failed` event says beyond its type and message."""
+    return {k: v for k, v in data.items() if k not in ("errorType", "message")}
+
+
+async def read_events(
+    conn: Conn, run_id: str, after: int, limit: int
+) -> list[tuple[int, str, str]]:
+    """Return up to `limit` events after `after` as (seq, type, wire JSON), oldest first."""
+    cur = await conn.execute(
+        "SELECT seq, type, ts, data::text AS data FROM run_events"
+        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (run_id, after, limit),
+    )
+    return [
+        (r["seq"], r["type"], encode_event(run_id, r["seq"], r["type"], r["ts"], r["data"]))
+        for r in await cur.fetchall()
+    ]

@@ -1,0 +1,108 @@
+"""One LISTEN connection per process, fanned out to in-process waiters.
+
+Notifications only say "look again": readers always read the log itself, so a lost or
+coalesced notification delays delivery at worst until the next one or the poll fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+
+from server.events.log import EVENTS_CHANNEL, RUNS_CHANNEL
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHANNEL = "agentrt_cancel"  # payload: run id
+PAUSE_CHANNEL = "agentrt_pause"  # payload: run id
+
+
+class Notifier:
+    """Listen on our channels and wake whoever waits in this process."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._run_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._handlers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        """Connect and start listening; returns once the first LISTEN is in place."""
+        self._task = asyncio.create_task(self._listen(), name="notifier")
+        await asyncio.wait_for(self.connected.wait(), timeout=30)
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def on(self, channel: str, handler: Callable[[str], None]) -> None:
+        """Call `handler(payload)` for every notification on `channel`."""
+        self._handlers[channel].append(handler)
+
+    @contextlib.contextmanager
+    def watch_run(self, run_id: str) -> Any:
+        """Yield an `asyncio.Event` set whenever the run's log may have grown."""
+        event = asyncio.Event()
+        self._run_waiters[run_id].add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._run_waiters.get(run_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._run_waiters[run_id]
+
+    def wake_all(self) -> None:
+        """Wake every stream that watches a run, so that it looks at its state again."""
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        for waiters in self._run_waiters.values():
+            for event in waiters:
+                event.set()
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        if channel == EVENTS_CHANNEL:
+            run_id = payload.rsplit(":", 1)[0]
+            for event in self._run_waiters.get(run_id, ()):
+                event.set()
+        for handler in self._handlers.get(channel, ()):
+            try:
+                handler(payload)
+            except Exception:
+                log.exception("notification handler failed on %s", channel)
+
+    async def _notifications(self) -> AsyncIterator[tuple[str, str]]:
+        async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
+            for channel in (EVENTS_CHANNEL, RUNS_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
+                await conn.execute(f"LISTEN {channel}")
+            self.connected.set()
+            # Anything notified while we were away is unknown: everyone looks again.
+            self._wake_all()
+            for handler in self._handlers.get(RUNS_CHANNEL, ()):
+                handler("reconnected")
+            async for notify in conn.notifies():
+                yield notify.channel, notify.payload
+
+    async def _listen(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                async for channel, payload in self._notifications():
+                    delay = 0.1
+                    self._dispatch(channel, payload)
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
+            self.connected.clear()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -1,0 +1,159 @@
+"""A worker's event writer for one run: group commit of buffered events, fenced by the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from server.db.pool import Pool
+from server.events.log import (
+    Conn,
+    LeaseLostError,
+    NewEvent,
+    RunHead,
+    append_events,
+    load_head,
+)
+
+log = logging.getLogger(__name__)
+
+
+class EventWriter:
+    """Buffer a run's events and store them in order, batching whatever piles up meanwhile.
+
+    `emit` never blocks: it appends to the buffer and wakes the flusher. While one batch is
+    being written, new events accumulate and go out in the next one (group commit), so token
+    deltas cost one transaction per batch, not per token, and a lone event goes out at once.
+    Database errors are retried with backoff and lose nothing; a lost lease stops the writer.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        head: RunHead,
+        *,
+        max_batch: int = 2000,
+        on_stored: Callable[[int], None] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._on_stored = on_stored
+        self.head = head
+        self._buffer: list[NewEvent] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._max_batch = max_batch
+        self.error: BaseException | None = None
+        self._task = asyncio.create_task(self._run(), name=f"event-writer-{head.run_id}")
+
+    @property
+    def run_id(self) -> str:
+        """The run this writer appends to."""
+        return self.head.run_id
+
+    def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        """Queue an event; it is stored after every event queued before it."""
+        if self.error is not None:
+            raise self.error
+        self._buffer.append(NewEvent(kind, data or {}))
+        self._idle.clear()
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is stored."""
+        await self._idle.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def finish(
+        self,
+        kind: str,
+        data: dict[str, Any],
+        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+    ) -> None:
+        """Store everything queued, then `kind` together with `extra` in one transaction."""
+        await self.commit([NewEvent(kind, data)], extra)
+
+    async def commit(
+        self,
+        events: list[NewEvent],
+        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+    ) -> None:
+        """Store everything queued, then `events` together with `extra` in one transaction."""
+        await self.flush()
+        await self._append(events, extra)
+
+    async def close(self) -> None:
+        """Stop the flusher after storing what is queued (unless the lease was lost)."""
+        try:
+            if self.error is None:
+                await self.flush()
+        finally:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _append(
+        self, batch: list[NewEvent], extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None
+    ) -> None:
+        delay = 0.05
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    self.head, _ = await append_events(
+                        conn,
+                        self.run_id,
+                        batch,
+                        generation=self.head.generation,
+                        head=self.head,
+                        extra=extra,
+                    )
+                if self._on_stored is not None:
+                    self._on_stored(len(batch))
+                return
+            except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
+                log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                # The transaction may or may not have committed: re-read the head to know.
+                async with self._pool.connection() as conn:
+                    fresh = await load_head(conn, self.run_id, lock=False)
+                    if fresh.generation != self.head.generation:
+                        raise LeaseLostError(f"run {self.run_id}: lease taken over") from exc
+                    if fresh.seq < self.head.seq + len(batch):
+                        continue  # not stored: append it again
+                    if not await _stored_here(conn, self.head, batch):
+                        # Someone else appended under our lease: never guess, stop the attempt.
+                        raise LeaseLostError(f"run {self.run_id}: the log moved") from exc
+                self.head = fresh
+                return
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._buffer:
+                batch = self._buffer[: self._max_batch]
+                del self._buffer[: len(batch)]
+                try:
+                    await self._append(batch)
+                except BaseException as exc:
+                    self.error = exc
+                    self._buffer.clear()
+                    self._idle.set()
+                    if not isinstance(exc, Exception):
+                        raise
+                    return
+            self._idle.set()
+
+
+async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent]) -> bool:
+    """Say whether the events right after `head` in the log are `batch` (by type)."""
+    cur = await conn.execute(
+        "SELECT type FROM run_events WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+        (head.run_id, head.seq, head.seq + len(batch)),
+    )
+    return [r["type"] for r in await cur.fetchall()] == [e.type for e in batch]

@@ -1,0 +1,242 @@
+"""Spans for graph nodes, model calls and tool calls, from LangChain's callbacks."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, message_to_dict
+from langchain_core.outputs import LLMResult
+from langgraph.constants import TAG_HIDDEN
+from langgraph.errors import GraphBubbleUp
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from server.observability.tracing import RunInfo, Tracing, cut, redact
+
+
+class TraceCallbackHandler(BaseCallbackHandler):
+    """Spans for graph nodes, model calls and tool calls, from LangChain's callbacks."""
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self, tracing: Tracing, info: RunInfo, parent: Span) -> None:
+        self._tracing = tracing
+        self._info = info
+        self._root = parent
+        self._spans: dict[UUID, Span] = {}
+        self._own: set[UUID] = set()
+        self._started: dict[UUID, float] = {}
+        self._first_token: dict[UUID, float] = {}
+        self._model: dict[UUID, tuple[str, str]] = {}
+        self._tool: dict[UUID, str] = {}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _parent(self, parent_run_id: UUID | None) -> Span:
+        return self._spans.get(parent_run_id, self._root) if parent_run_id else self._root
+
+    def _open(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        kind: str,
+        attributes: dict[str, Any],
+    ) -> Span:
+        span = self._tracing.tracer.start_span(
+            name,
+            context=trace.set_span_in_context(self._parent(parent_run_id)),
+            attributes={**self._info.attributes(), "agentrt.kind": kind, **attributes},
+        )
+        self._spans[run_id] = span
+        self._own.add(run_id)
+        self._started[run_id] = time.perf_counter()
+        return span
+
+    def _close(self, run_id: UUID, error: BaseException | None = None) -> Span | None:
+        span = self._spans.pop(run_id, None)
+        if run_id not in self._own or span is None:
+            return None
+        self._own.discard(run_id)
+        if error is not None:
+            if isinstance(error, GraphBubbleUp):
+                span.add_event("interrupted", {"reason": type(error).__name__})
+            else:
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
+        return span
+
+    def _payload(self, span: Span, kind: str, data: Any) -> None:
+        data = redact(data, self._tracing.settings.redact_fields)
+        text = json.dumps(data, default=str)
+        shown, truncated = cut(text, self._tracing.settings.trace_payload_chars)
+        span.set_attribute(f"agentrt.{kind}", shown)
+        if truncated:
+            span.set_attribute(f"agentrt.{kind}_truncated", True)
+        ctx = span.get_span_context()
+        self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, data)
+
+    # -- graph nodes ----------------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or ""
+        node = (metadata or {}).get("langgraph_node")
+        if parent_run_id is None or TAG_HIDDEN in (tags or []) or name != node:
+            # The graph itself, routers and LangGraph internals: children attach to our parent.
+            self._spans[run_id] = self._parent(parent_run_id)
+            return
+        self._open(
+            run_id,
+            parent_run_id,
+            f"node {name}",
+            "node",
+            {"agentrt.node": name, "agentrt.step": (metadata or {}).get("langgraph_step")},
+        )
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, error)
+
+    # -- model calls ----------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        meta = metadata or {}
+        params = kwargs.get("invocation_params") or {}
+        provider = str(meta.get("ls_provider") or params.get("_type") or "unknown")
+        model = str(
+            meta.get("ls_model_name") or params.get("model") or params.get("model_name") or provider
+        )
+        self._model[run_id] = (provider, model)
+        span = self._open(
+            run_id,
+            parent_run_id,
+            "model.call",
+            "model",
+            {
+                "gen_ai.system": provider,
+                "gen_ai.request.model": model,
+                "agentrt.messages": sum(len(batch) for batch in messages),
+            },
+        )
+        self._payload(span, "input", [[message_to_dict(m) for m in batch] for batch in messages])
+
+    def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id not in self._first_token and run_id in self._started:
+            self._first_token[run_id] = time.perf_counter()
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        provider, model = self._model.pop(run_id, ("unknown", "unknown"))
+        started = self._started.pop(run_id, time.perf_counter())
+        first = self._first_token.pop(run_id, None)
+        if span is not None and run_id in self._own:
+            generation = response.generations[0][0] if response.generations else None
+            message = getattr(generation, "message", None)
+            usage = getattr(message, "usage_metadata", None) or {}
+            meta = getattr(message, "response_metadata", None) or {}
+            attrs: dict[str, Any] = {
+                "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
+                "gen_ai.usage.output_tokens": usage.get("output_tokens", 0),
+                "gen_ai.response.finish_reasons": [str(meta.get("finish_reason", ""))],
+                "agentrt.tool_calls": len(getattr(message, "tool_calls", []) or []),
+            }
+            if first is not None:
+                attrs["agentrt.ttft_ms"] = round((first - started) * 1000, 3)
+            span.set_attributes(attrs)
+            if message is not None:
+                self._payload(span, "output", message_to_dict(message))
+            self._tracing.metrics.observe_model_call(
+                provider,
+                model,
+                time.perf_counter() - started,
+                None if first is None else first - started,
+                usage,
+                "ok",
+            )
+        self._close(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        provider, model = self._model.pop(run_id, ("unknown", "unknown"))
+        started = self._started.pop(run_id, time.perf_counter())
+        self._first_token.pop(run_id, None)
+        self._tracing.metrics.observe_model_call(
+            provider, model, time.perf_counter() - started, None, {}, "error"
+        )
+        self._close(run_id, error)
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+        self._tool[run_id] = name
+        args = redact(
+            inputs if inputs is not None else input_str, self._tracing.settings.redact_fields
+        )
+        span = self._open(
+            run_id, parent_run_id, f"tool {name}", "tool", {"agentrt.tool.name": name}
+        )
+        self._payload(span, "input", args)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        name = self._tool.pop(run_id, "tool")
+        started = self._started.pop(run_id, time.perf_counter())
+        if span is not None and run_id in self._own:
+            content = getattr(output, "content", output)
+            self._payload(span, "output", content)
+            span.set_attribute("agentrt.tool.outcome", "ok")
+        self._tracing.metrics.observe_tool_call(name, time.perf_counter() - started, "ok")
+        self._close(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        span = self._spans.get(run_id)
+        name = self._tool.pop(run_id, "tool")
+        started = self._started.pop(run_id, time.perf_counter())
+        if span is not None:
+            span.set_attribute("agentrt.tool.outcome", "error")
+        self._tracing.metrics.observe_tool_call(name, time.perf_counter() - started, "error")
+        self._close(run_id, error)
+
+    def close_all(self, reason: str) -> None:
+        """End spans whose work never reported back (cancelled, timed out), marked as errors."""
+        for run_id in list(self._own):
+            span = self._spans.get(run_id)
+            if span is not None:
+                span.set_status(Status(StatusCode.ERROR, reason))
+            self._close(run_id)

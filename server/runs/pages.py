@@ -1,0 +1,84 @@
+"""Keyset pages of conversations and runs, newest first, scoped by the caller's tenant.
+
+A cursor is the id of the last row of the previous page: ids are unique and the rows sort by
+`(created_at, id)`, so a page never repeats or skips a row while new rows arrive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.auth import Principal
+from server.db.pool import Pool
+from server.runs.records import get_conversation
+
+
+class BadCursorError(ValueError):
+    """The cursor is not one this listing returned (or its row is gone)."""
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(
+            f"cursor {cursor!r} is not a cursor this listing returned; pass the 'nextCursor' "
+            "of the previous page, or leave it out for the first page"
+        )
+
+
+async def _page(
+    pool: Pool,
+    table: str,
+    where: str,
+    params: tuple[Any, ...],
+    cursor: str | None,
+    limit: int,
+) -> tuple[list[dict[str, Any]], str | None]:
+    # `table` and `where` are constants of this module, never caller input.
+    async with pool.connection() as conn:
+        after = ""
+        if cursor is not None:
+            cur = await conn.execute(
+                f"SELECT created_at, id FROM {table} WHERE id = %s AND {where}",
+                (cursor, *params),
+            )
+            mark = await cur.fetchone()
+            if mark is None:
+                raise BadCursorError(cursor)
+            after = " AND (created_at, id) < (%s, %s)"
+            params = (*params, mark["created_at"], mark["id"])
+        cur = await conn.execute(
+            f"SELECT * FROM {table} WHERE {where}{after}"
+            " ORDER BY created_at DESC, id DESC LIMIT %s",
+            (*params, limit + 1),
+        )
+        rows = await cur.fetchall()
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1]["id"]
+    return rows, None
+
+
+async def conversations_page(
+    pool: Pool, who: Principal, cursor: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Return a page of the tenant's conversations and the cursor of the next page."""
+    return await _page(pool, "conversations", "tenant_id = %s", (who.tenant_id,), cursor, limit)
+
+
+async def runs_page(
+    pool: Pool, who: Principal, conversation_id: str | None, cursor: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Return a page of the tenant's runs (of one conversation if given) and the next cursor.
+
+    Raises:
+        ConversationNotFoundError: no such conversation for this tenant.
+    """
+    if conversation_id is None:
+        return await _page(pool, "runs", "tenant_id = %s", (who.tenant_id,), cursor, limit)
+    async with pool.connection() as conn:
+        await get_conversation(conn, who, conversation_id)
+    return await _page(
+        pool,
+        "runs",
+        "tenant_id = %s AND conversation_id = %s",
+        (who.tenant_id, conversation_id),
+        cursor,
+        limit,
+    )

@@ -1,0 +1,93 @@
+"""Server side of the tool runtime: per-tenant config overlays and each run's toolbox."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from psycopg.types.json import Jsonb
+
+from server.auth import Principal
+from server.db.pool import Pool
+from server.events.log import Conn
+from tools.config import TenantToolConfig
+from tools.ledger import PostgresToolLedger
+from tools.policy import Toolbox
+from tools.registry import ToolRegistry
+
+
+class ToolConfigError(ValueError):
+    """A tenant tool config the API refuses (the message says why)."""
+
+
+async def load_overlay(conn: Conn, tenant_id: str) -> TenantToolConfig | None:
+    """Return the tenant admin's stored tool config, if any."""
+    cur = await conn.execute(
+        "SELECT config FROM tenant_tool_configs WHERE tenant_id = %s", (tenant_id,)
+    )
+    row = await cur.fetchone()
+    return TenantToolConfig.model_validate(row["config"]) if row else None
+
+
+def check_overlay(config: TenantToolConfig, allowed_hosts: list[str]) -> None:
+    """Refuse API-configured MCP servers that could run commands or reach unlisted hosts.
+
+    Raises:
+        ToolConfigError: an stdio server, or an HTTP server on a host the operator did not list
+            in AGENTRT_MCP_API_ALLOWED_HOSTS.
+    """
+    for name, server in (config.mcp_servers or {}).items():
+        if server.transport == "stdio":
+            raise ToolConfigError(
+                f"MCP server {name!r}: stdio servers run commands on the server, so only the "
+                "operator can configure them (AGENTRT_TOOL_CONFIG)"
+            )
+        host = (urlparse(server.url or "").hostname or "").lower()
+        if "*" not in allowed_hosts and host not in {h.lower() for h in allowed_hosts}:
+            raise ToolConfigError(
+                f"MCP server {name!r}: host {host!r} is not in AGENTRT_MCP_API_ALLOWED_HOSTS "
+                f"({', '.join(allowed_hosts) or 'empty'})"
+            )
+
+
+async def store_overlay(pool: Pool, who: Principal, config: TenantToolConfig) -> None:
+    """Store (replace) the tenant's tool config overlay."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO tenant_tool_configs (tenant_id, config, updated_by) VALUES (%s, %s, %s)"
+            " ON CONFLICT (tenant_id) DO UPDATE SET config = EXCLUDED.config,"
+            " updated_by = EXCLUDED.updated_by, updated_at = now()",
+            (
+                who.tenant_id,
+                Jsonb(config.model_dump(mode="json", exclude_unset=True)),
+                who.user_id,
+            ),
+        )
+
+
+async def run_toolbox(
+    registry: ToolRegistry, pool: Pool, run: dict[str, Any], generation: int
+) -> Toolbox:
+    """Build the toolbox of one attempt of `run`, with the Postgres ledger."""
+    async with pool.connection() as conn:
+        overlay = await load_overlay(conn, run["tenant_id"])
+    only = (run["options"] or {}).get("tools")
+    return await registry.toolbox(
+        run_id=run["id"],
+        tenant_id=run["tenant_id"],
+        user_id=run["user_id"],
+        roles=frozenset(run.get("principal_roles") or ()),
+        generation=generation,
+        ledger=PostgresToolLedger(pool, run["tenant_id"]),
+        overlay=overlay,
+        only=only,
+    )
+
+
+async def principal_toolbox(registry: ToolRegistry, pool: Pool, who: Principal) -> Toolbox:
+    """Build the toolbox a run started by `who` now would get (for listings and edits)."""
+    async with pool.connection() as conn:
+        overlay = await load_overlay(conn, who.tenant_id)
+    return await registry.toolbox(
+        run_id="-", tenant_id=who.tenant_id, user_id=who.user_id, roles=who.roles, overlay=overlay
+    )

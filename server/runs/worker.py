@@ -1,0 +1,349 @@
+"""The worker: claim queued runs from Postgres, hold their leases, execute, recover, drain.
+
+Claiming bumps the run's lease generation (the fencing token every later write is checked
+against) in the same transaction that stores `run.started`. Claims are serialised by a
+transaction-level advisory lock, so per-user and per-tenant limits hold exactly across any
+number of worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from server.db.pool import Pool
+from server.events.log import (
+    RUNS_CHANNEL,
+    NewEvent,
+    RunFinishedError,
+    RunHead,
+    append_events,
+    head_of,
+)
+from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
+from server.ids import new_id
+from server.observability.tracing import hex_trace_id
+from server.runs.approvals import expire_due
+from server.runs.executor import ExecutorDeps, RunHandle, execute_run
+from server.runs.pausing import mark_paused
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_CLAIM_LOCK = 7_262_616_002
+_ACTIVE = "('running', 'waiting_tool')"
+
+# Fair across users: the queued run whose user has the fewest active runs goes first, then
+# the oldest. A conversation runs one run at a time, in order (docs/decisions/0007).
+_CLAIM = f"""
+WITH user_active AS (
+    SELECT tenant_id, user_id, count(*) AS n FROM runs
+    WHERE status IN {_ACTIVE} GROUP BY tenant_id, user_id
+), tenant_active AS (
+    SELECT tenant_id, count(*) AS n FROM runs WHERE status IN {_ACTIVE} GROUP BY tenant_id
+), next AS (
+    SELECT r.id FROM runs r
+    LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
+    LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
+    WHERE r.status = 'queued'
+      AND COALESCE(ua.n, 0) < COALESCE(
+          (%(overrides)s::jsonb -> r.tenant_id ->> 'userMaxActiveRuns')::int, %(user_max)s)
+      AND COALESCE(ta.n, 0) < COALESCE(
+          (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
+            AND (o.status IN ('running', 'waiting_tool', 'waiting_user', 'paused')
+                 OR (o.status = 'queued' AND o.created_at < r.created_at)))
+    ORDER BY COALESCE(ua.n, 0), r.created_at
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE runs SET
+    lease_owner = %(owner)s,
+    lease_generation = runs.lease_generation + 1,
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    deadline_at = COALESCE(runs.deadline_at, now() + make_interval(
+        secs => COALESCE((runs.options ->> 'timeoutSeconds')::float, %(timeout)s))),
+    attempt = runs.attempt + 1,
+    updated_at = now()
+FROM next WHERE runs.id = next.id
+RETURNING runs.*,
+    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
+"""
+
+_HEARTBEAT = """
+UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND status IN ('running', 'waiting_tool')
+RETURNING id, cancel_requested, pause_requested
+"""
+
+_EXPIRED = """
+SELECT id, recoveries FROM runs
+WHERE status IN ('running', 'waiting_tool') AND lease_expires_at < now()
+ORDER BY lease_expires_at LIMIT 100
+FOR UPDATE SKIP LOCKED
+"""
+
+
+def claim_params(settings: Settings, owner: str) -> dict[str, Any]:
+    """Parameters of the claim query for these settings."""
+    return {
+        "owner": owner,
+        "lease": settings.lease_seconds,
+        "timeout": settings.run_timeout_s,
+        "user_max": settings.user_max_active_runs,
+        "tenant_max": settings.tenant_max_active_runs,
+        "overrides": Jsonb(settings.tenant_limits),
+    }
+
+
+class Worker:
+    """Execute up to `settings.worker_concurrency` runs at a time in this process."""
+
+    def __init__(self, deps: ExecutorDeps, notifier: Notifier) -> None:
+        self.deps = deps
+        self.notifier = notifier
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-8:]}"
+        self._settings = deps.settings
+        self._pool: Pool = deps.pool
+        self._wake = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._handles: dict[str, RunHandle] = {}
+        self._loops: list[asyncio.Task[None]] = []
+        self._claiming = False
+        # Set to end a drain early: `stop` then hands every run back without waiting.
+        self.hurry = asyncio.Event()
+
+    @property
+    def active_runs(self) -> list[str]:
+        """Ids of the runs this worker is executing."""
+        return list(self._tasks)
+
+    async def start(self) -> None:
+        """Register, then start claiming, heartbeating and reaping."""
+        self.notifier.on(RUNS_CHANNEL, lambda _payload: self._wake.set())
+        self.notifier.on(CANCEL_CHANNEL, self._on_cancel)
+        self.notifier.on(PAUSE_CHANNEL, self._on_pause)
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO workers (id, host, pid, concurrency) VALUES (%s, %s, %s, %s)",
+                (self.owner, socket.gethostname(), os.getpid(), self._settings.worker_concurrency),
+            )
+        self._claiming = True
+        self._wake.set()
+        self._loops = [
+            asyncio.create_task(self._claim_loop(), name="worker-claim"),
+            asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
+        ]
+        log.info(
+            "worker %s started (concurrency %d)", self.owner, self._settings.worker_concurrency
+        )
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain: stop claiming, let runs stop at their next step, hand back the rest.
+
+        Runs that reach a step boundary within `grace_s` are re-queued by their executor
+        (`run.requeued`, reason `worker draining`); the others are cancelled and re-queued
+        (`worker stopped`), at once when `hurry` is set. Neither counts as a recovery.
+        """
+        grace = self._settings.drain_grace_s if grace_s is None else grace_s
+        self._claiming = False
+        self._wake.set()
+        with contextlib.suppress(Exception):
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE workers SET draining = true WHERE id = %s", (self.owner,)
+                )
+        for handle in self._handles.values():
+            handle.control.request_drain("shutdown")
+        if self._tasks and not self.hurry.is_set():
+            finished = asyncio.ensure_future(asyncio.wait(list(self._tasks.values())))
+            hurried = asyncio.ensure_future(self.hurry.wait())
+            await asyncio.wait({finished, hurried}, timeout=grace, return_when="FIRST_COMPLETED")
+            for waiter in (finished, hurried):
+                waiter.cancel()
+        for run_id in list(self._tasks):
+            self._stop_run(run_id, "shutdown")  # a cancel already under way stays a cancel
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            async with self._pool.connection() as conn:
+                await conn.execute("DELETE FROM workers WHERE id = %s", (self.owner,))
+        log.info("worker %s stopped", self.owner)
+
+    def _stop_run(self, run_id: str, reason: str) -> None:
+        task, handle = self._tasks.get(run_id), self._handles.get(run_id)
+        if task is not None and handle is not None and handle.stop_reason is None:
+            log.info("run %s: stopping (%s)", run_id, reason)
+            handle.stop_reason = reason
+            task.cancel()
+
+    def _on_cancel(self, run_id: str) -> None:
+        self._stop_run(run_id, "cancel")
+
+    def _on_pause(self, run_id: str) -> None:
+        handle = self._handles.get(run_id)
+        if handle is not None and not handle.pause_requested:
+            handle.request_pause()
+
+    async def _claim_loop(self) -> None:
+        reaped_at = 0.0
+        while self._claiming:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._settings.worker_poll_seconds)
+            self._wake.clear()
+            try:
+                # Leases and approvals expire without a notification, so reaping goes by the
+                # poll interval; a wake-up for new work need not pay for it.
+                if time.monotonic() - reaped_at >= self._settings.worker_poll_seconds:
+                    reaped_at = time.monotonic()
+                    await self.reap_expired()
+                    await expire_due(self.deps.pool)
+                while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
+                    if not await self.claim_one():
+                        break
+            except Exception:
+                log.exception("claiming runs failed; retrying")
+                await asyncio.sleep(1)
+
+    async def claim_one(self) -> bool:
+        """Claim the next claimable run and start it; return False when there was none."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            cur = await conn.execute(_CLAIM, claim_params(self._settings, self.owner))
+            run = await cur.fetchone()
+            if run is None:
+                return False
+            generation = run["lease_generation"]
+            head = head_of(run["id"], run)  # the row as the claim just locked and updated it
+            if run["cancel_requested"]:
+                await append_events(
+                    conn,
+                    run["id"],
+                    [NewEvent("run.cancelled", {"reason": "cancel requested"})],
+                    generation=generation,
+                    head=head,
+                )
+                self.deps.metrics.events_written.inc()
+                return True
+            if run["pause_requested"]:
+                # Paused while it was being handed back (drain, lost lease): pause it now.
+                paused = NewEvent("run.paused", {"reason": "pause requested", "from": "queued"})
+                await append_events(
+                    conn, run["id"], [paused], generation=generation, head=head, extra=mark_paused
+                )
+                self.deps.metrics.events_written.inc()
+                return True
+            started = NewEvent(
+                "run.started",
+                {
+                    "attempt": run["attempt"],
+                    "worker": self.owner,
+                    "traceId": hex_trace_id(run["id"]),
+                },
+            )
+            head, _ = await append_events(
+                conn, run["id"], [started], generation=generation, head=head
+            )
+        self.deps.metrics.events_written.inc()
+        self._start(run, head)
+        return True
+
+    def _start(self, run: dict[str, Any], head: RunHead) -> None:
+        handle = RunHandle()
+        self._handles[run["id"]] = handle
+        self._tasks[run["id"]] = asyncio.create_task(
+            self._execute(run, head, handle), name=f"run-{run['id']}"
+        )
+
+    async def _execute(self, run: dict[str, Any], head: RunHead, handle: RunHandle) -> None:
+        try:
+            await execute_run(self.deps, run, head, handle)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("run %s: executor crashed", run["id"])
+        finally:
+            # A run suspended for approval can be decided and re-claimed by this worker before
+            # this task ends: leave the newer task's entry alone.
+            if self._tasks.get(run["id"]) is asyncio.current_task():
+                del self._tasks[run["id"]]
+                self._handles.pop(run["id"], None)
+            self._wake.set()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self._settings.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.heartbeat()
+            except Exception:
+                log.exception("lease heartbeat failed")
+
+    async def heartbeat(self) -> None:
+        """Renew our leases; stop runs whose lease we lost or whose cancel we missed."""
+        ids = list(self._tasks)
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE workers SET last_heartbeat_at = now(), active_runs = %s WHERE id = %s",
+                (len(ids), self.owner),
+            )
+            if not ids:
+                return
+            cur = await conn.execute(
+                _HEARTBEAT,
+                {"lease": self._settings.lease_seconds, "owner": self.owner, "ids": ids},
+            )
+            renewed = {row["id"]: row for row in await cur.fetchall()}
+        for run_id in ids:
+            if run_id not in renewed:
+                self._stop_run(run_id, "lease_lost")
+            elif renewed[run_id]["cancel_requested"]:
+                self._stop_run(run_id, "cancel")
+            elif renewed[run_id]["pause_requested"]:
+                self._on_pause(run_id)
+
+    async def reap_expired(self) -> int:
+        """Re-queue runs whose worker stopped renewing its lease; dead-letter repeat offenders."""
+        count = 0
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(_EXPIRED)
+            for row in await cur.fetchall():
+                recoveries = row["recoveries"] + 1
+                if recoveries > self._settings.max_recoveries:
+                    event = NewEvent(
+                        "run.failed",
+                        {
+                            "errorType": "dead_letter",
+                            "message": f"the run lost its worker {recoveries} times; the limit is "
+                            f"{self._settings.max_recoveries} (AGENTRT_MAX_RECOVERIES)",
+                        },
+                    )
+                else:
+                    event = NewEvent(
+                        "run.requeued", {"reason": "lease expired", "recoveries": recoveries}
+                    )
+                try:
+                    await append_events(conn, row["id"], [event])
+                except RunFinishedError:
+                    continue
+                self.deps.metrics.events_written.inc()
+                # A new generation fences the lost attempt out: its worker may still be alive
+                # (it only lost touch with the database) and must write no more events or
+                # checkpoints for this run.
+                await conn.execute(
+                    "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1"
+                    " WHERE id = %s",
+                    (recoveries, row["id"]),
+                )
+                count += 1
+        return count
