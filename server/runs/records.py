@@ -341,21 +341,6 @@ async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False
     return row
 
 
-async def list_runs(
-    pool: Pool, who: Principal, conversation_id: str | None = None, limit: int = 50
-) -> list[dict[str, Any]]:
-    """List the tenant's runs, newest first, optionally of one conversation."""
-    async with pool.connection() as conn:
-        if conversation_id is not None:
-            await get_conversation(conn, who, conversation_id)
-        cur = await conn.execute(
-            "SELECT * FROM runs WHERE tenant_id = %s AND (%s::text IS NULL OR conversation_id = %s)"
-            " ORDER BY created_at DESC LIMIT %s",
-            (who.tenant_id, conversation_id, conversation_id, limit),
-        )
-        return await cur.fetchall()
-
-
 async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> list[dict[str, Any]]:
     """List a conversation's stored messages in order."""
     async with pool.connection() as conn:
