@@ -86,17 +86,20 @@ class Postgres:
         self.url = self.start()
 
     def start(self) -> str:
+        """Start the database server and return its URL."""
         warnings.simplefilter("ignore")
         import pgserver  # type: ignore[import-untyped]
 
         return str(pgserver.get_server(self.folder / "pg", cleanup_mode="stop").get_uri())
 
     def stop(self) -> None:
+        """Stop the database server."""
         import pgserver
 
         pgserver.get_server(self.folder / "pg", cleanup_mode="stop").cleanup()
 
     def remove(self) -> None:
+        """Delete the database's data directory."""
         with contextlib.suppress(Exception):
             self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -113,6 +116,7 @@ async def retrying(call: Callable[[], Awaitable[httpx.Response]]) -> httpx.Respo
 
 
 async def post_run(client: httpx.AsyncClient, model: str) -> str:
+    """Post one message and return the id of the run it starts."""
     conv = await retrying(lambda: client.post("/api/conversations", json={}))
     body = {"content": "go", "model": f"scripted:{model}"}
     path = f"/api/conversations/{conv.json()['conversationId']}/messages"
@@ -122,6 +126,7 @@ async def post_run(client: httpx.AsyncClient, model: str) -> str:
 
 
 async def until_ended(client: httpx.AsyncClient, run_id: str) -> str:
+    """Poll a run until it reaches a terminal status and return that status."""
     while True:
         response = await retrying(lambda: client.get(f"/api/runs/{run_id}"))
         status = str(response.json()["status"])
@@ -283,6 +288,7 @@ def report(t: Trial, command: str) -> Figures:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the chaos trials and print their figures; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="12 runs per trial")
     parser.add_argument("--runs", type=int, help="runs per trial (default 100, quick 12)")

@@ -17,6 +17,7 @@ async def charge(path: str, call: CallContext, hold_s: float = 0.0) -> str:
 
     Args:
         path: The ledger file of the outside system.
+        call: The call's context; its idempotency key names the request.
         hold_s: Seconds to wait after charging, before answering.
     """
     line = f"{call.run_id} {call.idempotency_key}\n"

@@ -27,6 +27,7 @@ class Endpoint:
 
     @classmethod
     def of(cls, url: str) -> Endpoint:
+        """Build an endpoint from a base URL."""
         parts = urlsplit(url)
         return cls(parts.hostname or "127.0.0.1", parts.port or 80)
 

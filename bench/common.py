@@ -94,10 +94,12 @@ class Proc:
         return self.log.read_text(errors="replace")[-2000:] if self.log else ""
 
     def kill(self, signum: int = signal.SIGKILL) -> None:
+        """Send `signum` to the process."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.popen.pid, signum)
 
     def stop(self) -> None:
+        """Stop the process gracefully and wait for it."""
         self.kill(signal.SIGTERM)
         try:
             self.popen.wait(30)
@@ -274,10 +276,12 @@ class Figures:
     lines: list[str] = field(default_factory=list)
 
     def add(self, line: str) -> None:
+        """Add one line of figures."""
         print(line, flush=True)
         self.lines.append(line)
 
     def markdown(self) -> str:
+        """Render the figures as a Markdown block."""
         return "\n".join(
             [f"## {self.title}", "", f"Command: `{self.command}`", "", *self.lines, "", ""]
         )

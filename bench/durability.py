@@ -20,6 +20,7 @@ MODES = ("async", "sync")
 
 
 async def measure(database_url: str, quick: bool) -> dict[str, dict[str, list[float]]]:
+    """Time runs in each durability mode and return the samples."""
     repeats, sequential, batch = (3, 10, 40) if quick else (5, 30, 200)
     found: dict[str, dict[str, list[float]]] = {
         m: {"latency": [], "rate8": [], "rate32": []} for m in MODES
@@ -36,6 +37,7 @@ async def measure(database_url: str, quick: bool) -> dict[str, dict[str, list[fl
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Compare run latency with synchronous and asynchronous checkpoints."""
     found: Any = run_async(measure(database_url, quick))
     figures = Figures(
         'Checkpoint durability ("sync" against "async")',

@@ -40,6 +40,7 @@ class Latencies:
         self.connected = 0.0
 
     def on_frames(self, _now: float, frames: bytes) -> None:
+        """Record the arrival time of each frame in `frames`."""
         now = time.time()
         if not self.connected:
             self.connected = now
@@ -78,6 +79,7 @@ async def one_round(
 async def measure(
     ep: Endpoint, api: Proc, clients: int, repeats: int
 ) -> dict[int, list[tuple[list[float], float, float]]]:
+    """Follow one run with `clients` readers and record frame delays."""
     found: dict[int, list[tuple[list[float], float, float]]] = {1: [], clients: []}
     for conv in await conversations(ep, 3):
         run = await request(
@@ -94,6 +96,7 @@ async def measure(
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure how one run's stream fans out to many clients."""
     figures = Figures("Fan-out to 100 SSE clients", "make bench (bench/fanout.py)")
     chunks = 400 if quick else 1000
     clients, repeats = 100, (1 if quick else 3)

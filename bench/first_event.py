@@ -52,6 +52,7 @@ async def one(ep: Endpoint, conversation: str) -> tuple[float, float, float]:
 async def measure(
     database_url: str, ep: Endpoint, runs: int, repeats: int
 ) -> dict[str, list[float]]:
+    """Stream runs and record when their first event and token arrive."""
     found: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
@@ -80,6 +81,7 @@ async def measure(
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure time to the first event and the first token."""
     figures = Figures("Time to first event", "make bench (bench/first_event.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-first-"))
     env = env_for(

@@ -124,6 +124,7 @@ async def resume(pool: Pool, ids: list[str], limit_s: float) -> float:
 
 
 async def floor(database_url: str, runs: int) -> float:
+    """Return the seconds the bare engine takes to run `runs` runs."""
     async with engine(database_url) as eng:
         await eng.throughput(5, 1)
         started = time.perf_counter()
@@ -132,12 +133,14 @@ async def floor(database_url: str, runs: int) -> float:
 
 
 def active_slots(database_url: str) -> int:
+    """Return how many worker slots are busy right now."""
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT coalesce(sum(active_runs), 0) FROM workers").fetchone()
     return int(row[0]) if row else 0
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure what an idle run waiting for approval costs the workers."""
     figures = Figures("Idle cost of waiting runs", "make bench (bench/idle.py)")
     counts = [0, 1000] if quick else [0, 1000, 5000]
     seconds = 2.0 if quick else 10.0

@@ -40,6 +40,7 @@ OTHER_EVENTS = 7  # created, started, tool started/completed, item created/compl
 
 
 async def post(ep: Endpoint, model: str) -> str:
+    """Post one message and return the id of the run it starts."""
     conv = (await conversations(ep, 1))[0]
     run = await request(
         ep, "POST", f"/api/conversations/{conv}/messages", {"content": "go", "model": model}
@@ -48,6 +49,7 @@ async def post(ep: Endpoint, model: str) -> str:
 
 
 async def wait_done(ep: Endpoint, run_id: str, limit_s: float) -> dict[str, object]:
+    """Poll a run until it ends or `limit_s` passes; return its record."""
     async with asyncio.timeout(limit_s):
         while True:
             record = await request(ep, "GET", f"/api/runs/{run_id}")
@@ -57,6 +59,7 @@ async def wait_done(ep: Endpoint, run_id: str, limit_s: float) -> dict[str, obje
 
 
 async def timed(repeats: int, make: object) -> list[float]:
+    """Await `make` `repeats` times and return each duration in milliseconds."""
     out = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -141,6 +144,7 @@ async def raw_read(database_url: str, run_id: str, page: int = 5000) -> float:
 
 
 async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f: Figures) -> None:
+    """Seed a run of `events` events and time its snapshot and replay."""
     small = await post(ep, "scripted:bench")
     await wait_done(ep, small, 60)
     for conv in await conversations(ep, 3):
@@ -230,6 +234,7 @@ async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f:
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure snapshot, replay and fold times for long runs."""
     figures = Figures("100,000-event run", "make bench (bench/long_run.py)")
     events = 100_000
     text = "x" * (events - OTHER_EVENTS)

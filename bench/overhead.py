@@ -52,6 +52,8 @@ class Sample:
 
 @dataclass
 class Series:
+    """Samples of one measured quantity for agentrt and the engine."""
+
     floor: dict[int, list[Sample]] = field(default_factory=dict)
     ours: dict[int, list[Sample]] = field(default_factory=dict)
     paced: tuple[list[float], list[float]] = ([], [])
@@ -80,6 +82,7 @@ async def agentrt_run(ep: Endpoint, conversation: str, model: str = "scripted:be
 async def agentrt_batch(
     ep: Endpoint, runs: int, concurrency: int, procs: list[Proc], database_url: str
 ) -> Sample:
+    """Run one batch through agentrt's HTTP API and return its sample."""
     convs = await conversations(ep, runs)
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
@@ -99,6 +102,7 @@ async def agentrt_batch(
 
 
 async def floor_batch(eng: Engine, runs: int, concurrency: int, database_url: str) -> Sample:
+    """Run one batch on the bare engine and return its sample."""
     cpu0, pg0 = time.process_time(), postgres_cpu_seconds(database_url)
     latencies, rate = await eng.throughput(runs, concurrency)
     cpu = (time.process_time() - cpu0) / runs
@@ -118,6 +122,7 @@ async def paced(database_url: str, ep: Endpoint, runs: int) -> tuple[list[float]
 async def measure(
     database_url: str, ep: Endpoint, procs: list[Proc], runs: dict[int, int], repeats: int
 ) -> Series:
+    """Run agentrt and the engine side by side at one concurrency level."""
     series = Series()
     async with engine(database_url) as eng:
         await eng.throughput(10, 2)  # warm up both paths: imports, pools, caches
@@ -140,6 +145,7 @@ def _median(samples: list[Sample], pick: str) -> float:
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure agentrt's latency, throughput and CPU against the bare engine."""
     figures = Figures("Runtime overhead against the engine floor", "make bench (bench/overhead.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-overhead-"))
     scripts = write_scripts(folder, {"bench": AGENT_SCRIPT, "paced": PACED_SCRIPT})

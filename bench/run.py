@@ -63,6 +63,7 @@ def write_section(figures: Figures, stamp: str, quick: bool, doc: Path | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the selected benchmarks and write their figures; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="*", default=BENCHMARKS, choices=BENCHMARKS)

@@ -37,6 +37,7 @@ async def noop(x: int) -> str:
 
 
 def database_url() -> str:
+    """Return the database URL from the environment or start the embedded server."""
     admin = os.environ.get("DATABASE_URL")
     if admin is None:
         import pgserver  # type: ignore[import-untyped,unused-ignore]
@@ -50,6 +51,7 @@ def database_url() -> str:
 
 
 async def main(calls: int) -> None:
+    """Time `calls` ledgered tool calls against a fresh database."""
     url = database_url()
     settings = Settings(_env_file=None, DATABASE_URL=url)  # type: ignore[call-arg]
     async with open_pool(url, settings) as pool:

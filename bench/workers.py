@@ -50,6 +50,7 @@ async def throughput(url: str, runs: int, concurrency: int) -> float:
 
 
 def main(database_url: str, quick: bool) -> Figures:
+    """Measure runs per second with one, two and four worker processes."""
     figures = Figures("Worker processes: throughput and recovery", "make bench (bench/workers.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-workers-"))
     scripts = write_scripts(folder, SCRIPTS)
