@@ -297,28 +297,28 @@ async def resolve(
     )
     updated = await cur.fetchone()
     assert updated is not None
-    await append_events(
-        conn,
-        row["run_id"],
-        [
-            NewEvent(
-                "approval.resolved",
-                {
-                    "approvalId": approval_id,
-                    "kind": row["kind"],
-                    "toolCallId": row["tool_call_id"],
-                    "name": row["tool_name"],
-                    "status": status,
-                    "decision": DECISION_BY_STATUS.get(status),
-                    "by": by,
-                    "reason": reason,
-                    "args": redact(edited_args, row["redact"] or []) if edited_args else None,
-                    "decidedAt": _iso(updated["decided_at"]),
-                },
-            )
-        ],
-    )
+    await append_events(conn, row["run_id"], [_resolved_event(updated)])
     return updated
+
+
+def _resolved_event(row: dict[str, Any]) -> NewEvent:
+    """The `approval.resolved` event of an approval row just decided."""
+    status, edited = row["status"], row["edited_args"]
+    return NewEvent(
+        "approval.resolved",
+        {
+            "approvalId": row["id"],
+            "kind": row["kind"],
+            "toolCallId": row["tool_call_id"],
+            "name": row["tool_name"],
+            "status": status,
+            "decision": DECISION_BY_STATUS.get(status),
+            "by": row["decided_by"],
+            "reason": row["decision_reason"],
+            "args": redact(edited, row["redact"] or []) if edited else None,
+            "decidedAt": _iso(row["decided_at"]),
+        },
+    )
 
 
 async def decide(

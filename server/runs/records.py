@@ -184,7 +184,7 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
         ),
     )
     await append_events(conn, run_id, head=new_head(run_id), events=[created])
-    return await _read_run(conn, run_id)
+    return await get_run(conn, who, run_id)
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
@@ -213,14 +213,6 @@ async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
     row = await cur.fetchone()
     if row is not None and row["n"] >= limit:
         raise TooManyRunsError(limit, row["n"])
-
-
-async def _read_run(conn: Conn, run_id: str) -> Run:
-    cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
-    row = await cur.fetchone()
-    if row is None:
-        raise RunNotFoundError(run_id)
-    return Run.from_row(row)
 
 
 async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> Run:
