@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -200,7 +201,7 @@ class Worker:
                 conn, run.id, [started], generation=generation, head=claim.head
             )
         self.deps.metrics.events_written.inc()
-        self._start(Claim(run, head, claim.input))
+        self._start(dataclasses.replace(claim, head=head))
         return True
 
     def _start(self, claim: Claim) -> None:
