@@ -18,7 +18,8 @@ import psycopg
 
 from server.auth import Principal
 from server.db.pool import migrate, open_pool
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 from server.settings import Settings
 from tools.ledger import InMemoryToolLedger, PostgresToolLedger, ToolLedger
 from tools.pipeline import claim, execute
@@ -64,7 +65,7 @@ async def main(calls: int) -> None:
             ("postgres ledger", PostgresToolLedger(pool, "bench")),
         ]
         for name, ledger in ledgers:
-            box = Toolbox.of([noop], run_id=run["id"], ledger=ledger)
+            box = Toolbox.of([noop], run_id=run.id, ledger=ledger)
             began = time.perf_counter()
             for i in range(calls):
                 call = prepare(box, f"{name}-{i}", "noop", {"x": i})

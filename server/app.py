@@ -29,9 +29,10 @@ from server.runs.approvals import (
     ApprovalForbiddenError,
     ApprovalNotFoundError,
 )
+from server.runs.conversations import ConversationNotFoundError
 from server.runs.pages import BadCursorError
 from server.runs.pausing import RunForbiddenError, RunNotPausedError
-from server.runs.records import ConversationBusyError, ConversationNotFoundError, TooManyRunsError
+from server.runs.records import ConversationBusyError, TooManyRunsError
 from server.runs.toolbox import ToolConfigError
 from server.settings import Settings
 from server.usage.registry import ModelRegistry, UnknownModelError

@@ -1,8 +1,12 @@
-"""The Run state machine and the status each event moves a run to."""
+"""The Run: its record as a typed value, its statuses, the sets of them and the transitions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
 from enum import StrEnum
+from typing import Any, Self
 
 
 class RunStatus(StrEnum):
@@ -19,7 +23,12 @@ class RunStatus(StrEnum):
 
 
 S = RunStatus
+# The named sets every status test and SQL status filter is built from.
 TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
+IN_PROGRESS = frozenset(RunStatus) - TERMINAL  # holds its conversation: one at a time
+ACTIVE = frozenset({S.RUNNING, S.WAITING_TOOL})  # a worker holds its lease
+# Counted against the per-user run limit: a paused run keeps its conversation, not its place.
+COUNTED = IN_PROGRESS - {S.PAUSED}
 # Back to QUEUED from an active state is recovery: an expired lease or a drained worker.
 # PAUSED is left only by a resume (to QUEUED, or WAITING_USER while approvals are pending)
 # or a cancel; a worker never picks up a paused run.
@@ -64,3 +73,67 @@ def can_pause(status: RunStatus | str) -> bool:
 def is_terminal(status: RunStatus | str) -> bool:
     """Say whether a run in `status` is finished for good."""
     return RunStatus(status) in TERMINAL
+
+
+def status_in(statuses: Iterable[RunStatus], column: str = "status") -> str:
+    """Render `column IN (...)` for SQL from a set of statuses, in a stable order.
+
+    The statuses are constants in the statement text, not bound parameters, so a prepared
+    statement's generic plan can still use the partial indexes on `runs.status`.
+    """
+    values = ", ".join(f"'{RunStatus(s).value}'" for s in sorted(statuses))
+    return f"{column} IN ({values})"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run as stored in the `runs` table, read once from its row."""
+
+    id: str
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    status: RunStatus
+    model: str
+    options: dict[str, Any]
+    input_message_id: str
+    output_message_id: str | None
+    attempt: int
+    error_type: str | None
+    error_message: str | None
+    error_details: dict[str, Any] | None
+    last_event_seq: int
+    snapshot: dict[str, Any]
+    usage: dict[str, Any]
+    cancel_requested: bool
+    pause_requested: bool
+    paused_at: datetime | None
+    lease_owner: str | None
+    lease_generation: int
+    lease_expires_at: datetime | None
+    deadline_at: datetime | None
+    recoveries: int
+    principal_roles: tuple[str, ...]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Self:
+        """Build the run from a `SELECT *` row of `runs` (other keys are ignored).
+
+        Raises:
+            KeyError: the row lacks a column of the record.
+        """
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["status"] = RunStatus(values["status"])
+        values["options"] = values["options"] or {}
+        values["usage"] = values["usage"] or {}
+        values["principal_roles"] = tuple(values["principal_roles"] or ())
+        return cls(**values)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Say whether the run is finished for good."""
+        return self.status in TERMINAL

@@ -22,7 +22,7 @@ from server.db.pool import Pool, database_url, migrate, migration_lock, open_poo
 from server.events.notify import Notifier
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
-from server.runs.executor import ExecutorDeps
+from server.runs.attempt import ExecutorDeps
 from server.runs.worker import Worker
 from server.settings import Settings
 from server.startup import check_database, redact_url, waiting

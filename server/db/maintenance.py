@@ -7,6 +7,7 @@ import logging
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from server.db.pool import Pool
+from server.domain import IN_PROGRESS, status_in
 
 log = logging.getLogger(__name__)
 
@@ -14,12 +15,12 @@ _PRUNE_LOCK = 7_262_616_003
 
 # Threads (= conversations) with checkpoints older than the cut-off whose runs have all
 # ended, and ended before it. A conversation with a run in progress is never touched.
-_PRUNABLE = """
+_PRUNABLE = f"""
 SELECT c.id FROM conversations c
 WHERE EXISTS (SELECT 1 FROM runs r WHERE r.conversation_id = c.id)
   AND NOT EXISTS (
       SELECT 1 FROM runs r WHERE r.conversation_id = c.id
-        AND (r.status NOT IN ('completed', 'failed', 'cancelled')
+        AND ({status_in(IN_PROGRESS, "r.status")}
              OR r.finished_at > now() - make_interval(secs => %(keep)s)))
   AND (SELECT count(*) FROM checkpoints k WHERE k.thread_id = c.id) > 1
 ORDER BY c.created_at

@@ -10,19 +10,19 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from server.db.pool import Pool
+from server.domain import ACTIVE, IN_PROGRESS, RunStatus, status_in
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _LONG = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
-_STATUSES = (
-    "queued",
-    "running",
-    "waiting_tool",
-    "waiting_user",
-    "paused",
-    "completed",
-    "failed",
-    "cancelled",
-)
+_STATUSES = tuple(s.value for s in RunStatus)
+# The queue gauges, over every tenant (NULL) or one.
+_QUEUE = f"""
+SELECT count(*) FILTER (WHERE status = '{RunStatus.QUEUED.value}') AS depth,
+    EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = '{RunStatus.QUEUED.value}'))
+        ::float AS oldest,
+    count(*) FILTER (WHERE {status_in(ACTIVE)} AND lease_expires_at < now()) AS expired
+FROM runs WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s) AND {status_in(IN_PROGRESS)}
+"""
 
 
 class Metrics:
@@ -168,14 +168,7 @@ class Metrics:
                 "SELECT tenant_id, status, count(*) AS n FROM runs GROUP BY tenant_id, status"
             )
             rows = await cur.fetchall()
-            cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE status = 'queued') AS depth,"
-                " EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'queued'))"
-                "::float AS oldest,"
-                " count(*) FILTER (WHERE status IN ('running', 'waiting_tool')"
-                "   AND lease_expires_at < now()) AS expired"
-                " FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
-            )
+            cur = await conn.execute(_QUEUE, {"tenant": None})
             queue = await cur.fetchone()
             cur = await conn.execute("SELECT count(*) AS n FROM workers")
             workers = await cur.fetchone()
@@ -208,16 +201,7 @@ class Metrics:
                 (tenant,),
             )
             counts = {row["status"]: row["n"] for row in await cur.fetchall()}
-            cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE status = 'queued') AS depth,"
-                " EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'queued'))"
-                "::float AS oldest,"
-                " count(*) FILTER (WHERE status IN ('running', 'waiting_tool')"
-                "   AND lease_expires_at < now()) AS expired"
-                " FROM runs WHERE tenant_id = %s"
-                " AND status NOT IN ('completed', 'failed', 'cancelled')",
-                (tenant,),
-            )
+            cur = await conn.execute(_QUEUE, {"tenant": tenant})
             queue = await cur.fetchone()
         assert queue is not None
         runs = GaugeMetricFamily(

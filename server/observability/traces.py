@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from server.domain import Run, RunStatus
 from server.events.log import Conn
 from server.observability.tracing import hex_trace_id, run_root_span_id
 
@@ -25,33 +26,33 @@ def _span_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _synthetic_root(run: dict[str, Any]) -> dict[str, Any]:
+def _synthetic_root(run: Run) -> dict[str, Any]:
     """The root span of a run that has not ended (or ended without a worker) yet."""
-    end = run["finished_at"] or run["updated_at"]
+    end = run.finished_at or run.updated_at
     return {
-        "spanId": f"{run_root_span_id(run['id']):016x}",
+        "spanId": f"{run_root_span_id(run.id):016x}",
         "parentSpanId": None,
         "name": "run",
         "kind": "run",
-        "start": run["created_at"].isoformat(),
-        "end": end.isoformat() if run["finished_at"] else None,
-        "durationMs": round((end - run["created_at"]).total_seconds() * 1000, 3),
-        "status": "error" if run["status"] == "failed" else "unset",
-        "error": run["error_message"],
-        "attributes": {"agentrt.run_id": run["id"], "agentrt.status": run["status"]},
+        "start": run.created_at.isoformat(),
+        "end": end.isoformat() if run.finished_at else None,
+        "durationMs": round((end - run.created_at).total_seconds() * 1000, 3),
+        "status": "error" if run.status == RunStatus.FAILED else "unset",
+        "error": run.error_message,
+        "attributes": {"agentrt.run_id": run.id, "agentrt.status": run.status.value},
         "events": [],
         "children": [],
     }
 
 
-async def load_trace(conn: Conn, run: dict[str, Any]) -> dict[str, Any]:
+async def load_trace(conn: Conn, run: Run) -> dict[str, Any]:
     """Return the run's span tree, with the deepest failed span named."""
-    trace_id = hex_trace_id(run["id"])
+    trace_id = hex_trace_id(run.id)
     cur = await conn.execute(
         "SELECT * FROM trace_spans WHERE trace_id = %s ORDER BY start_time, span_id", (trace_id,)
     )
     spans = {row["span_id"]: _span_view(row) for row in await cur.fetchall()}
-    root_id = f"{run_root_span_id(run['id']):016x}"
+    root_id = f"{run_root_span_id(run.id):016x}"
     root = spans.get(root_id) or _synthetic_root(run)
     spans[root_id] = root
     for span in spans.values():
@@ -69,9 +70,9 @@ async def load_trace(conn: Conn, run: dict[str, Any]) -> dict[str, Any]:
         return best
 
     # Only a failed run has a failing span; errors a run recovered from show in the tree.
-    failed = deepest_error(root, 0) if run["status"] == "failed" else None
+    failed = deepest_error(root, 0) if run.status == RunStatus.FAILED else None
     return {
-        "runId": run["id"],
+        "runId": run.id,
         "traceId": trace_id,
         "spanCount": len(spans),
         "failedSpan": None

@@ -34,6 +34,7 @@ from opentelemetry.trace import (
 )
 
 from server.db.pool import Pool
+from server.domain import Run
 from server.observability.metrics import Metrics
 from server.settings import Settings
 
@@ -267,22 +268,22 @@ class Tracing:
         ):
             yield span
 
-    def end_run(self, run: dict[str, Any], status: str, error: str | None) -> None:
+    def end_run(self, run: Run, status: str, error: str | None) -> None:
         """Emit the run's root span, from its creation to now."""
-        token = _forced_ids.set((run_trace_id(run["id"]), run_root_span_id(run["id"])))
+        token = _forced_ids.set((run_trace_id(run.id), run_root_span_id(run.id)))
         try:
             span = self.tracer.start_span(
                 "run",
                 context=trace.set_span_in_context(trace.INVALID_SPAN),
-                start_time=int(run["created_at"].timestamp() * 1e9),
+                start_time=int(run.created_at.timestamp() * 1e9),
                 attributes={
-                    "agentrt.run_id": run["id"],
-                    "agentrt.conversation_id": run["conversation_id"],
-                    "agentrt.tenant_id": run["tenant_id"],
-                    "agentrt.user_id": run["user_id"],
+                    "agentrt.run_id": run.id,
+                    "agentrt.conversation_id": run.conversation_id,
+                    "agentrt.tenant_id": run.tenant_id,
+                    "agentrt.user_id": run.user_id,
                     "agentrt.kind": "run",
                     "agentrt.status": status,
-                    "agentrt.model": run["model"],
+                    "agentrt.model": run.model,
                 },
             )
         finally:

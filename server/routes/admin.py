@@ -7,12 +7,11 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 
 from server.auth import CurrentPrincipal, Principal
+from server.domain import ACTIVE, IN_PROGRESS, RunStatus, status_in
 from server.events.log import Conn
 from server.routes.schemas import COMMON_ERRORS, QueueView, errors
 
 router = APIRouter(prefix="/api/admin", tags=["admin"], responses=COMMON_ERRORS)
-
-ACTIVE = ("queued", "running", "waiting_tool", "waiting_user", "paused")
 
 
 def require_admin(who: Principal) -> None:
@@ -58,7 +57,7 @@ async def _tenant_workers(conn: Conn, tenant_id: str) -> list[dict[str, Any]]:
         "SELECT w.id, w.draining, w.started_at, w.last_heartbeat_at,"
         " EXTRACT(EPOCH FROM now() - w.last_heartbeat_at)::float AS age, r.n"
         " FROM (SELECT lease_owner, count(*) AS n FROM runs WHERE tenant_id = %s"
-        "   AND status IN ('running', 'waiting_tool') GROUP BY lease_owner) r"
+        f"   AND {status_in(ACTIVE)} GROUP BY lease_owner) r"
         " JOIN workers w ON w.id = r.lease_owner ORDER BY w.started_at",
         (tenant_id,),
     )
@@ -93,14 +92,14 @@ async def queue(request: Request, who: Principal = CurrentPrincipal) -> dict[str
     async with request.app.state.pool.connection() as conn:
         cur = await conn.execute(
             "SELECT status, count(*) AS n FROM runs"
-            f" WHERE status NOT IN ('completed', 'failed', 'cancelled') AND {scope}"
+            f" WHERE {status_in(IN_PROGRESS)} AND {scope}"
             " GROUP BY status",
             params,
         )
         counts = {r["status"]: r["n"] for r in await cur.fetchall()}
         cur = await conn.execute(
             "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float AS age"
-            f" FROM runs WHERE status = 'queued' AND {scope}",
+            f" FROM runs WHERE status = '{RunStatus.QUEUED.value}' AND {scope}",
             params,
         )
         oldest = await cur.fetchone()
@@ -111,7 +110,7 @@ async def queue(request: Request, who: Principal = CurrentPrincipal) -> dict[str
         )
         cur = await conn.execute(
             "SELECT id, tenant_id, status, lease_owner, lease_expires_at, attempt, recoveries"
-            " FROM runs WHERE status IN ('running', 'waiting_tool') AND lease_expires_at < now()"
+            f" FROM runs WHERE {status_in(ACTIVE)} AND lease_expires_at < now()"
             f" AND {scope} ORDER BY lease_expires_at LIMIT 100",
             params,
         )
@@ -119,7 +118,7 @@ async def queue(request: Request, who: Principal = CurrentPrincipal) -> dict[str
     return {
         "scope": "installation" if tenant is None else "tenant",
         "tenantId": tenant,
-        "counts": {s: counts.get(s, 0) for s in ACTIVE},
+        "counts": {s.value: counts.get(s, 0) for s in RunStatus if s in IN_PROGRESS},
         "oldestQueuedAgeSeconds": oldest["age"] if oldest else None,
         "workers": workers,
         "expiredLeases": [

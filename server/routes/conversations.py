@@ -20,18 +20,12 @@ from server.routes.schemas import (
     RunPage,
     errors,
 )
+from server.runs.conversations import create_conversation, get_conversation, list_messages
 from server.runs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from server.runs.idempotency import idempotency_key
 from server.runs.pages import conversations_page, runs_page
-from server.runs.records import (
-    accept_message,
-    conversation_view,
-    create_conversation,
-    get_conversation,
-    list_messages,
-    message_view,
-    run_view,
-)
+from server.runs.records import NewRun, accept_message
+from server.runs.views import conversation_view, message_view, run_view
 from server.usage.routing import pick_model
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], responses=COMMON_ERRORS)
@@ -178,9 +172,7 @@ async def post_message(
     options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
     limits = settings.tenant_limits.get(who.tenant_id, {})
     user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
-    accepted, replayed = await accept_message(
-        pool,
-        who,
+    new = NewRun(
         conversation_id,
         body.content,
         model,
@@ -188,8 +180,8 @@ async def post_message(
         if_busy=body.if_busy or settings.conversation_busy_policy,
         user_limit=user_limit if settings.limit_policy == "reject" else None,
         model_source=pick.source,
-        idempotency=idempotency,
     )
+    accepted, replayed = await accept_message(pool, who, new, idempotency)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     else:

@@ -23,7 +23,8 @@ from server.routes.schemas import (
 )
 from server.runs.pages import runs_page
 from server.runs.pausing import request_pause, request_resume
-from server.runs.records import get_run, request_cancel, run_view
+from server.runs.records import get_run, request_cancel
+from server.runs.views import run_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
 
@@ -76,8 +77,8 @@ async def get_snapshot(
     """Return what the run looks like now, as of `lastEventId`."""
     async with request.app.state.pool.connection() as conn:
         run = await get_run(conn, who, run_id)
-    snap = run["snapshot"]
-    return {**snap, "status": run["status"], "output": output_text(snap)}
+    snap = run.snapshot
+    return {**snap, "status": run.status.value, "output": output_text(snap)}
 
 
 def _cursor(request: Request, after: int | None) -> int:
@@ -140,7 +141,7 @@ async def cancel_run(
     """Cancel the run: at once if queued or waiting, else at the worker's next safe point."""
     run = await request_cancel(request.app.state.pool, who, run_id)
     view = run_view(run)
-    view["cancelled"] = run["status"] == RunStatus.CANCELLED
+    view["cancelled"] = run.status == RunStatus.CANCELLED
     if view["cancelled"]:
         request.app.state.runtime.metrics.events_written.inc()  # run.cancelled, stored here
     return view
@@ -158,7 +159,7 @@ async def pause_run(
     """
     run = await request_pause(request.app.state.pool, who, run_id)
     view = run_view(run)
-    view["paused"] = run["status"] == RunStatus.PAUSED
+    view["paused"] = run.status == RunStatus.PAUSED
     return view
 
 

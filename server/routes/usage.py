@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 
 from server.auth import CurrentPrincipal, Principal
 from server.routes.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
-from server.runs.executor import run_budget
+from server.runs.attempt import run_budget
 from server.runs.records import get_run
 from server.usage.ledger import GroupBy, daily_usage, run_calls
 
@@ -28,9 +28,9 @@ async def get_run_usage(
         calls = await run_calls(conn, run_id)
     return {
         "runId": run_id,
-        "status": run["status"],
-        "totals": run["usage"] or {},
-        "budget": run_budget(run["options"] or {}, request.app.state.settings).to_json(),
+        "status": run.status.value,
+        "totals": run.usage,
+        "budget": run_budget(run.options, request.app.state.settings).to_json(),
         "calls": calls,
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from server.auth import Principal
 from server.db.pool import Pool
+from server.domain import Run
 from server.events.log import Conn, NewEvent, RunHead, append_events
 from server.events.writer import EventWriter
 from server.runs.records import get_run
@@ -121,21 +123,42 @@ async def resume_command(
     return Command(resume=resume)
 
 
-async def suspend(
-    pool: Pool, writer: EventWriter, run: dict[str, Any], interrupts: Sequence[Interrupt]
-) -> None:
-    """Store the approval rows of `interrupts` and their `approval.required` events, atomically.
+@dataclass(frozen=True)
+class _Request:
+    """One call of one interrupt that still waits for a reviewer."""
 
-    The events move the run to waiting_user, which releases its lease: no worker holds it
-    while it waits. Rows that exist already (a retry) are kept; decided ones are not asked
-    again.
-    """
-    run_id = run["id"]
-    async with pool.connection() as conn:
-        existing = await _rows_for(conn, run_id, [i.id for i in interrupts])
+    id: str
+    interrupt_id: str
+    kind: str
+    call: dict[str, Any]
+    expires_at: datetime | None
+    stored: bool  # its row exists already (an earlier attempt asked)
+
+    def event(self) -> NewEvent:
+        """The `approval.required` event that asks for this call's decision."""
+        call = self.call
+        return NewEvent(
+            "approval.required",
+            {
+                "approvalId": self.id,
+                "kind": self.kind,
+                "toolCallId": call["toolCallId"],
+                "name": call["name"],
+                "args": redact(call.get("args", {}), call.get("redact", [])),
+                "risk": call.get("risk"),
+                "source": call.get("source"),
+                "reason": call.get("reason", ""),
+                "expiresAt": _iso(self.expires_at),
+            },
+        )
+
+
+def _pending_requests(
+    run_id: str, interrupts: Sequence[Interrupt], existing: dict[str, Any]
+) -> list[_Request]:
+    """The calls of `interrupts` not yet decided; a stored row keeps its expiry."""
     now = datetime.now(UTC)
-    new_rows: list[dict[str, Any]] = []
-    events: list[NewEvent] = []
+    requests = []
     for intr in interrupts:
         kind = intr.value.get("kind", "approval")
         for call in intr.value.get("calls", []):
@@ -144,57 +167,59 @@ async def suspend(
             if row is not None and row["status"] != "pending":
                 continue
             timeout = call.get("timeoutS")
-            expires = row["expires_at"] if row else None
-            if row is None and timeout:
-                expires = now + timedelta(seconds=float(timeout))
-            if row is None:
-                new_rows.append(
-                    {"id": aid, "interrupt_id": intr.id, "kind": kind, "call": call, "exp": expires}
-                )
-            events.append(
-                NewEvent(
-                    "approval.required",
-                    {
-                        "approvalId": aid,
-                        "kind": kind,
-                        "toolCallId": call["toolCallId"],
-                        "name": call["name"],
-                        "args": redact(call.get("args", {}), call.get("redact", [])),
-                        "risk": call.get("risk"),
-                        "source": call.get("source"),
-                        "reason": call.get("reason", ""),
-                        "expiresAt": _iso(expires),
-                    },
-                )
-            )
+            if row is not None:
+                expires = row["expires_at"]
+            else:
+                expires = now + timedelta(seconds=float(timeout)) if timeout else None
+            requests.append(_Request(aid, intr.id, kind, call, expires, stored=row is not None))
+    return requests
+
+
+async def _insert_request(conn: Conn, run: Run, request: _Request) -> None:
+    call = request.call
+    await conn.execute(
+        "INSERT INTO approvals (id, tenant_id, run_id, conversation_id, interrupt_id, kind,"
+        " tool_call_id, tool_name, args, redact, risk, source, reason, expires_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (run_id, interrupt_id, tool_call_id) DO NOTHING",
+        (
+            request.id,
+            run.tenant_id,
+            run.id,
+            run.conversation_id,
+            request.interrupt_id,
+            request.kind,
+            call["toolCallId"],
+            call["name"],
+            Jsonb(call.get("args", {})),
+            list(call.get("redact", [])),
+            call.get("risk"),
+            call.get("source"),
+            call.get("reason", ""),
+            request.expires_at,
+        ),
+    )
+
+
+async def suspend(
+    pool: Pool, writer: EventWriter, run: Run, interrupts: Sequence[Interrupt]
+) -> None:
+    """Store the approval rows of `interrupts` and their `approval.required` events, atomically.
+
+    The events move the run to waiting_user, which releases its lease: no worker holds it
+    while it waits. Rows that exist already (a retry) are kept; decided ones are not asked
+    again.
+    """
+    async with pool.connection() as conn:
+        existing = await _rows_for(conn, run.id, [i.id for i in interrupts])
+    requests = _pending_requests(run.id, interrupts, existing)
 
     async def insert(conn: Conn, head: RunHead) -> None:
-        for r in new_rows:
-            call = r["call"]
-            await conn.execute(
-                "INSERT INTO approvals (id, tenant_id, run_id, conversation_id, interrupt_id, kind,"
-                " tool_call_id, tool_name, args, redact, risk, source, reason, expires_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (run_id, interrupt_id, tool_call_id) DO NOTHING",
-                (
-                    r["id"],
-                    run["tenant_id"],
-                    run_id,
-                    run["conversation_id"],
-                    r["interrupt_id"],
-                    r["kind"],
-                    call["toolCallId"],
-                    call["name"],
-                    Jsonb(call.get("args", {})),
-                    list(call.get("redact", [])),
-                    call.get("risk"),
-                    call.get("source"),
-                    call.get("reason", ""),
-                    r["exp"],
-                ),
-            )
+        for request in requests:
+            if not request.stored:
+                await _insert_request(conn, run, request)
 
-    await writer.commit(events, insert)
+    await writer.commit([r.event() for r in requests], insert)
 
 
 async def get_approval(pool: Pool, who: Principal, approval_id: str) -> dict[str, Any]:
@@ -272,28 +297,28 @@ async def resolve(
     )
     updated = await cur.fetchone()
     assert updated is not None
-    await append_events(
-        conn,
-        row["run_id"],
-        [
-            NewEvent(
-                "approval.resolved",
-                {
-                    "approvalId": approval_id,
-                    "kind": row["kind"],
-                    "toolCallId": row["tool_call_id"],
-                    "name": row["tool_name"],
-                    "status": status,
-                    "decision": DECISION_BY_STATUS.get(status),
-                    "by": by,
-                    "reason": reason,
-                    "args": redact(edited_args, row["redact"] or []) if edited_args else None,
-                    "decidedAt": _iso(updated["decided_at"]),
-                },
-            )
-        ],
-    )
+    await append_events(conn, row["run_id"], [_resolved_event(updated)])
     return updated
+
+
+def _resolved_event(row: dict[str, Any]) -> NewEvent:
+    """The `approval.resolved` event of an approval row just decided."""
+    status, edited = row["status"], row["edited_args"]
+    return NewEvent(
+        "approval.resolved",
+        {
+            "approvalId": row["id"],
+            "kind": row["kind"],
+            "toolCallId": row["tool_call_id"],
+            "name": row["tool_name"],
+            "status": status,
+            "decision": DECISION_BY_STATUS.get(status),
+            "by": row["decided_by"],
+            "reason": row["decision_reason"],
+            "args": redact(edited, row["redact"] or []) if edited else None,
+            "decidedAt": _iso(row["decided_at"]),
+        },
+    )
 
 
 async def decide(

@@ -10,7 +10,8 @@ from typing import Any
 
 from server.auth import Principal
 from server.db.pool import Pool
-from server.runs.records import get_conversation
+from server.domain import Run
+from server.runs.conversations import get_conversation
 
 
 class BadCursorError(ValueError):
@@ -64,21 +65,16 @@ async def conversations_page(
 
 async def runs_page(
     pool: Pool, who: Principal, conversation_id: str | None, cursor: str | None, limit: int
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[Run], str | None]:
     """Return a page of the tenant's runs (of one conversation if given) and the next cursor.
 
     Raises:
         ConversationNotFoundError: no such conversation for this tenant.
     """
-    if conversation_id is None:
-        return await _page(pool, "runs", "tenant_id = %s", (who.tenant_id,), cursor, limit)
-    async with pool.connection() as conn:
-        await get_conversation(conn, who, conversation_id)
-    return await _page(
-        pool,
-        "runs",
-        "tenant_id = %s AND conversation_id = %s",
-        (who.tenant_id, conversation_id),
-        cursor,
-        limit,
-    )
+    where, params = "tenant_id = %s", [who.tenant_id]
+    if conversation_id is not None:
+        async with pool.connection() as conn:
+            await get_conversation(conn, who, conversation_id)
+        where, params = "tenant_id = %s AND conversation_id = %s", [who.tenant_id, conversation_id]
+    rows, next_cursor = await _page(pool, "runs", where, tuple(params), cursor, limit)
+    return [Run.from_row(r) for r in rows], next_cursor

@@ -10,14 +10,11 @@ deadline back by the time it spent paused.
 
 from __future__ import annotations
 
-from typing import Any
-
 from server.auth import Principal
 from server.db.pool import Pool
-from server.domain import RunStatus, can_pause, is_terminal
-from server.events.log import Conn, NewEvent, RunFinishedError, RunHead, append_events
-from server.events.notify import PAUSE_CHANNEL
-from server.runs.records import get_run
+from server.domain import Run, RunStatus, can_pause
+from server.events.log import Conn, NewEvent, RunFinishedError, append_events
+from server.runs.records import get_run, mark_paused, request_pause_flag, unpause
 
 
 class RunForbiddenError(PermissionError):
@@ -39,25 +36,19 @@ class RunNotPausedError(RuntimeError):
         self.status = status
 
 
-async def mark_paused(conn: Conn, head: RunHead) -> None:
-    """Record when the run was paused; pass as `extra` with the `run.paused` event."""
-    await conn.execute(
-        "UPDATE runs SET pause_requested = false, paused_at = now() WHERE id = %s",
-        (head.run_id,),
-    )
-
-
-async def _lock_run(conn: Conn, who: Principal, run_id: str) -> dict[str, Any]:
-    row = await get_run(conn, who, run_id, lock=True)
-    if row["user_id"] != who.user_id and not who.has_role("admin"):
+async def _lock_run(conn: Conn, who: Principal, run_id: str) -> Run:
+    run = await get_run(conn, who, run_id, lock=True)
+    if run.user_id != who.user_id and not who.has_role("admin"):
         raise RunForbiddenError(
             f"run {run_id} belongs to another user: only its owner or a tenant admin can "
             "pause or resume it"
         )
-    return row
+    if run.is_terminal:
+        raise RunFinishedError(run_id, run.status)
+    return run
 
 
-async def request_pause(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
+async def request_pause(pool: Pool, who: Principal, run_id: str) -> Run:
     """Pause a run: at once when no worker holds it, else at its worker's next step boundary.
 
     Pausing a paused run, or one whose pause is pending, changes nothing.
@@ -69,26 +60,19 @@ async def request_pause(pool: Pool, who: Principal, run_id: str) -> dict[str, An
     """
     async with pool.connection() as conn:
         async with conn.transaction():
-            row = await _lock_run(conn, who, run_id)
-            status = RunStatus(row["status"])
-            if is_terminal(status):
-                raise RunFinishedError(run_id, status)
-            if status in (RunStatus.QUEUED, RunStatus.WAITING_USER):
+            run = await _lock_run(conn, who, run_id)
+            if run.status in (RunStatus.QUEUED, RunStatus.WAITING_USER):
                 event = NewEvent(
                     "run.paused",
-                    {"reason": "pause requested", "by": who.user_id, "from": status.value},
+                    {"reason": "pause requested", "by": who.user_id, "from": run.status.value},
                 )
                 await append_events(conn, run_id, [event], extra=mark_paused)
-            elif can_pause(status) and not row["pause_requested"]:
-                await conn.execute(
-                    "UPDATE runs SET pause_requested = true, updated_at = now() WHERE id = %s",
-                    (run_id,),
-                )
-                await conn.execute("SELECT pg_notify(%s, %s)", (PAUSE_CHANNEL, run_id))
+            elif can_pause(run.status) and not run.pause_requested:
+                await request_pause_flag(conn, run_id)
         return await get_run(conn, who, run_id)
 
 
-async def request_resume(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
+async def request_resume(pool: Pool, who: Principal, run_id: str) -> Run:
     """Resume a paused run from its last checkpoint.
 
     It goes back to the queue, or to waiting_user while any of its approvals is pending, and
@@ -102,16 +86,9 @@ async def request_resume(pool: Pool, who: Principal, run_id: str) -> dict[str, A
     """
     async with pool.connection() as conn:
         async with conn.transaction():
-            row = await _lock_run(conn, who, run_id)
-            status = RunStatus(row["status"])
-            if is_terminal(status):
-                raise RunFinishedError(run_id, status)
-            if status != RunStatus.PAUSED:
-                raise RunNotPausedError(run_id, status, row["pause_requested"])
-            await conn.execute(
-                "UPDATE runs SET deadline_at = deadline_at + (now() - paused_at),"
-                " paused_at = NULL WHERE id = %s",
-                (run_id,),
-            )
+            run = await _lock_run(conn, who, run_id)
+            if run.status != RunStatus.PAUSED:
+                raise RunNotPausedError(run_id, run.status, run.pause_requested)
+            await unpause(conn, run_id)
             await append_events(conn, run_id, [NewEvent("run.resumed", {"by": who.user_id})])
         return await get_run(conn, who, run_id)

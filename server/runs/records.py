@@ -1,31 +1,38 @@
-"""Conversations, messages and run records: every query scoped by the caller's tenant."""
+"""The runs table: every write to a run's record outside the event log's fenced append.
+
+A run is created here (with its user message and `run.created`), claimed and leased, flagged
+for cancel or pause, fenced out after a lost lease, and given its output message. Reads hand
+back a typed `Run`; every status filter is built from the sets in server/domain.py.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
 from server.db.pool import Pool, retry_deadlocks
-from server.domain import RunStatus, is_terminal
+from server.domain import ACTIVE, COUNTED, IN_PROGRESS, Run, RunStatus, status_in
 from server.events.log import (
     Conn,
     NewEvent,
     RunFinishedError,
+    RunHead,
     RunNotFoundError,
     append_events,
+    head_of,
     new_head,
 )
-from server.events.notify import CANCEL_CHANNEL
+from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.ids import new_id
+from server.runs.conversations import get_conversation
 from server.runs.idempotency import IdempotencyKey, find_response, remember_response
+from server.runs.views import accepted_view
 
-
-class ConversationNotFoundError(LookupError):
-    """No such conversation for this tenant."""
+T = TypeVar("T")
 
 
 class ConversationBusyError(RuntimeError):
@@ -49,112 +56,142 @@ class TooManyRunsError(RuntimeError):
         )
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+@dataclass(frozen=True)
+class NewRun:
+    """A user message that starts a run, and how to treat a busy conversation and the limits.
 
-
-def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
-    """Render a conversation row for the API."""
-    return {
-        "conversationId": row["id"],
-        "title": row["title"],
-        "model": row["model"],
-        "metadata": row["metadata"],
-        "userId": row["user_id"],
-        "createdAt": _iso(row["created_at"]),
-    }
-
-
-def run_view(row: dict[str, Any]) -> dict[str, Any]:
-    """Render a run row for the API."""
-    error = None
-    if row["error_type"]:
-        error = {
-            "type": row["error_type"],
-            "message": row["error_message"],
-            **(row.get("error_details") or {}),
-        }
-    return {
-        "runId": row["id"],
-        "conversationId": row["conversation_id"],
-        "userId": row["user_id"],
-        "status": row["status"],
-        "model": row["model"],
-        "options": row["options"],
-        "inputMessageId": row["input_message_id"],
-        "outputMessageId": row["output_message_id"],
-        "attempt": row["attempt"],
-        "error": error,
-        "lastEventId": row["last_event_seq"],
-        "usage": row["usage"],
-        "cancelRequested": row["cancel_requested"],
-        "pauseRequested": row["pause_requested"] and not is_terminal(row["status"]),
-        "pausedAt": _iso(row["paused_at"]),
-        "leaseOwner": row["lease_owner"],
-        "recoveries": row["recoveries"],
-        "createdAt": _iso(row["created_at"]),
-        "startedAt": _iso(row["started_at"]),
-        "finishedAt": _iso(row["finished_at"]),
-    }
-
-
-def message_view(row: dict[str, Any]) -> dict[str, Any]:
-    """Render a message row for the API."""
-    return {
-        "messageId": row["id"],
-        "conversationId": row["conversation_id"],
-        "runId": row["run_id"],
-        "role": row["role"],
-        "content": row["content"],
-        "createdAt": _iso(row["created_at"]),
-    }
-
-
-async def create_conversation(
-    pool: Pool, who: Principal, title: str | None, model: str | None, metadata: dict[str, Any]
-) -> dict[str, Any]:
-    """Create a conversation owned by the caller."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
-            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata)),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return row
-
-
-async def get_conversation(
-    conn: Conn, who: Principal, conversation_id: str, *, lock: bool = False
-) -> dict[str, Any]:
-    """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError.
-
-    The lock is `FOR NO KEY UPDATE`, which lets a worker insert rows that reference the
-    conversation (the assistant message) meanwhile; `FOR UPDATE` would block those inserts'
-    foreign-key checks while we wait for that worker's run row: a deadlock.
+    Attributes:
+        if_busy: What to do when the conversation already has a run in progress: `enqueue`
+            (run after it), `reject` (ConversationBusyError), `interrupt` (cancel it first).
+        user_limit: With the `reject` limit policy, the most runs a user may have queued or
+            active; beyond it, TooManyRunsError. None queues without limit.
+        model_source: Why this model was picked (server/usage/routing.py), kept in the event.
     """
-    cur = await conn.execute(
-        "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
-        + (" FOR NO KEY UPDATE" if lock else ""),
-        (conversation_id, who.tenant_id),
+
+    conversation_id: str
+    content: str
+    model: str
+    options: dict[str, Any]
+    if_busy: str = "enqueue"
+    user_limit: int | None = None
+    model_source: str | None = None
+
+
+async def create_run(
+    pool: Pool,
+    who: Principal,
+    conversation_id: str,
+    content: str,
+    model: str,
+    options: dict[str, Any],
+    *,
+    if_busy: str = "enqueue",
+    user_limit: int | None = None,
+    model_source: str | None = None,
+) -> Run:
+    """Store the user message and a queued run with its `run.created` event, atomically.
+
+    The arguments are those of `NewRun`.
+    """
+    new = NewRun(conversation_id, content, model, options, if_busy, user_limit, model_source)
+
+    async def insert(conn: Conn) -> Run:
+        return await _insert_run(conn, who, new)
+
+    return await _in_locked_conversation(pool, who, conversation_id, insert)
+
+
+async def accept_message(
+    pool: Pool, who: Principal, new: NewRun, idempotency: IdempotencyKey | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Create the run of a posted message; return the API's answer and whether it is a replay.
+
+    With an idempotency key already used with the same body, nothing is created and the
+    first answer is returned; the key is checked before the busy policy and the limits, so a
+    retry is never refused because of the run the first attempt created.
+
+    Raises:
+        IdempotencyKeyReusedError: the key was used with a different body.
+    """
+
+    async def insert(conn: Conn) -> tuple[dict[str, Any], bool]:
+        if idempotency is not None:
+            earlier = await find_response(conn, new.conversation_id, idempotency)
+            if earlier is not None:
+                return earlier, True
+        run = await _insert_run(conn, who, new)
+        response = accepted_view(run, new.model_source)
+        if idempotency is not None:
+            await remember_response(
+                conn, who.tenant_id, new.conversation_id, idempotency, run.id, response
+            )
+        return response, False
+
+    return await _in_locked_conversation(pool, who, new.conversation_id, insert)
+
+
+async def _in_locked_conversation(
+    pool: Pool,
+    who: Principal,
+    conversation_id: str,
+    body: Callable[[Conn], Awaitable[T]],
+) -> T:
+    """Run `body` in a transaction holding the conversation's row lock; retry on deadlock.
+
+    The conversation's lock is taken before any run's: one lock order (docs/decisions/1020).
+    """
+
+    async def attempt() -> T:
+        async with pool.connection() as conn, conn.transaction():
+            await get_conversation(conn, who, conversation_id, lock=True)
+            return await body(conn)
+
+    return await retry_deadlocks(attempt)
+
+
+async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
+    """Apply the busy policy and limits, then insert the message, the run and `run.created`."""
+    message_id, run_id = new_id("msg"), new_id("run")
+    await _apply_busy_policy(conn, who, new.conversation_id, new.if_busy)
+    if new.user_limit is not None:
+        await _refuse_over_limit(conn, who, new.user_limit)
+    await conn.execute(
+        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
+        " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
+        (message_id, new.conversation_id, who.tenant_id, who.user_id, run_id, new.content),
     )
-    row = await cur.fetchone()
-    if row is None:
-        raise ConversationNotFoundError(conversation_id)
-    return row
-
-
-_IN_PROGRESS = "('queued', 'running', 'waiting_tool', 'waiting_user', 'paused')"
-# A paused run holds its conversation but not a place under the user's run limit.
-_COUNTED = "('queued', 'running', 'waiting_tool', 'waiting_user')"
+    created = NewEvent(
+        "run.created",
+        {
+            "conversationId": new.conversation_id,
+            "model": new.model,
+            "modelSource": new.model_source,
+            "inputMessageId": message_id,
+        },
+    )
+    await conn.execute(
+        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
+        " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            run_id,
+            new.conversation_id,
+            who.tenant_id,
+            who.user_id,
+            new.model,
+            Jsonb(new.options),
+            message_id,
+            sorted(who.roles),
+        ),
+    )
+    await append_events(conn, run_id, head=new_head(run_id), events=[created])
+    return await get_run(conn, who, run_id)
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
     if policy == "enqueue":
         return
     cur = await conn.execute(
-        f"SELECT id, status FROM runs WHERE conversation_id = %s AND status IN {_IN_PROGRESS}"
+        f"SELECT id, status FROM runs WHERE conversation_id = %s AND {status_in(IN_PROGRESS)}"
         " ORDER BY created_at, id FOR NO KEY UPDATE",
         (conversation_id,),
     )
@@ -169,8 +206,8 @@ async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, p
 
 async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
     cur = await conn.execute(
-        f"SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND user_id = %s"
-        f" AND status IN {_COUNTED}",
+        "SELECT count(*) AS n FROM runs WHERE tenant_id = %s AND user_id = %s"
+        f" AND {status_in(COUNTED)}",
         (who.tenant_id, who.user_id),
     )
     row = await cur.fetchone()
@@ -178,157 +215,7 @@ async def _refuse_over_limit(conn: Conn, who: Principal, limit: int) -> None:
         raise TooManyRunsError(limit, row["n"])
 
 
-async def create_run(
-    pool: Pool,
-    who: Principal,
-    conversation_id: str,
-    content: str,
-    model: str,
-    options: dict[str, Any],
-    *,
-    if_busy: str = "enqueue",
-    user_limit: int | None = None,
-    model_source: str | None = None,
-) -> dict[str, Any]:
-    """Store the user message and a queued run with its `run.created` event, atomically.
-
-    Args:
-        if_busy: What to do when the conversation already has a run in progress: `enqueue`
-            (run after it), `reject` (ConversationBusyError), `interrupt` (cancel it first).
-        user_limit: With the `reject` limit policy, the most runs a user may have queued or
-            active; beyond it, TooManyRunsError. None queues without limit.
-        model_source: Why this model was picked (server/usage/routing.py), kept in the event.
-    """
-    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
-
-    async def attempt() -> dict[str, Any]:
-        async with pool.connection() as conn, conn.transaction():
-            await get_conversation(conn, who, conversation_id, lock=True)
-            return await _insert_run(conn, who, message, model_source)
-
-    return await retry_deadlocks(attempt)
-
-
-async def accept_message(
-    pool: Pool,
-    who: Principal,
-    conversation_id: str,
-    content: str,
-    model: str,
-    options: dict[str, Any],
-    *,
-    if_busy: str = "enqueue",
-    user_limit: int | None = None,
-    model_source: str | None = None,
-    idempotency: IdempotencyKey | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """Like `create_run`, but return the API's answer and whether it replays an earlier one.
-
-    With an idempotency key already used with the same body, nothing is created and the
-    first answer is returned; the key is checked before the busy policy and the limits, so a
-    retry is never refused because of the run the first attempt created.
-
-    Raises:
-        IdempotencyKeyReusedError: the key was used with a different body.
-    """
-    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
-
-    async def attempt() -> tuple[dict[str, Any], bool]:
-        async with pool.connection() as conn, conn.transaction():
-            await get_conversation(conn, who, conversation_id, lock=True)
-            if idempotency is not None:
-                earlier = await find_response(conn, conversation_id, idempotency)
-                if earlier is not None:
-                    return earlier, True
-            row = await _insert_run(conn, who, message, model_source)
-            response = accepted_view(row, model_source)
-            if idempotency is not None:
-                await remember_response(
-                    conn, who.tenant_id, conversation_id, idempotency, row["id"], response
-                )
-        return response, False
-
-    return await retry_deadlocks(attempt)
-
-
-def accepted_view(row: dict[str, Any], model_source: str | None) -> dict[str, Any]:
-    """Render the answer to a posted message from its new run's row."""
-    return {
-        "runId": row["id"],
-        "status": row["status"],
-        "conversationId": row["conversation_id"],
-        "messageId": row["input_message_id"],
-        "model": row["model"],
-        "modelSource": model_source,
-        "streamUrl": f"/api/runs/{row['id']}/events",
-        "snapshotUrl": f"/api/runs/{row['id']}/snapshot",
-    }
-
-
-@dataclass(frozen=True)
-class _NewMessage:
-    conversation_id: str
-    content: str
-    model: str
-    options: dict[str, Any]
-    if_busy: str
-    user_limit: int | None
-
-
-async def _insert_run(
-    conn: Conn, who: Principal, message: _NewMessage, model_source: str | None
-) -> dict[str, Any]:
-    """Apply the busy policy and limits, then insert the message, the run and `run.created`.
-
-    The caller holds the conversation's row lock, taken before any run's: one lock order.
-    """
-    conversation_id = message.conversation_id
-    message_id, run_id = new_id("msg"), new_id("run")
-    await _apply_busy_policy(conn, who, conversation_id, message.if_busy)
-    if message.user_limit is not None:
-        await _refuse_over_limit(conn, who, message.user_limit)
-    await conn.execute(
-        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
-        " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
-        (message_id, conversation_id, who.tenant_id, who.user_id, run_id, message.content),
-    )
-    await conn.execute(
-        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-        " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            run_id,
-            conversation_id,
-            who.tenant_id,
-            who.user_id,
-            message.model,
-            Jsonb(message.options),
-            message_id,
-            sorted(who.roles),
-        ),
-    )
-    await append_events(
-        conn,
-        run_id,
-        head=new_head(run_id),
-        events=[
-            NewEvent(
-                "run.created",
-                {
-                    "conversationId": conversation_id,
-                    "model": message.model,
-                    "modelSource": model_source,
-                    "inputMessageId": message_id,
-                },
-            )
-        ],
-    )
-    cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
-    row = await cur.fetchone()
-    assert row is not None
-    return row
-
-
-async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> dict[str, Any]:
+async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False) -> Run:
     """Return the tenant's run (locked if `lock`) or raise RunNotFoundError."""
     cur = await conn.execute(
         "SELECT * FROM runs WHERE id = %s AND tenant_id = %s"
@@ -338,18 +225,7 @@ async def get_run(conn: Conn, who: Principal, run_id: str, *, lock: bool = False
     row = await cur.fetchone()
     if row is None:
         raise RunNotFoundError(run_id)
-    return row
-
-
-async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> list[dict[str, Any]]:
-    """List a conversation's stored messages in order."""
-    async with pool.connection() as conn:
-        await get_conversation(conn, who, conversation_id)
-        cur = await conn.execute(
-            "SELECT * FROM messages WHERE conversation_id = %s ORDER BY position",
-            (conversation_id,),
-        )
-        return await cur.fetchall()
+    return Run.from_row(row)
 
 
 async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> None:
@@ -362,7 +238,13 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
         RunFinishedError: the run already ended.
     """
     reason = {"reason": "cancel requested", "by": by}
-    if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
+    if status in ACTIVE:
+        await conn.execute(
+            "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
+            (run_id,),
+        )
+        await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+    elif status in IN_PROGRESS:
         await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
         await conn.execute(
             "UPDATE approvals SET status = 'cancelled', decided_by = %s,"
@@ -370,17 +252,11 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
             " WHERE run_id = %s AND status = 'pending'",
             (by, run_id),
         )
-    elif status in (RunStatus.RUNNING, RunStatus.WAITING_TOOL):
-        await conn.execute(
-            "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
-            (run_id,),
-        )
-        await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
     else:
         raise RunFinishedError(run_id, status)
 
 
-async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, Any]:
+async def request_cancel(pool: Pool, who: Principal, run_id: str) -> Run:
     """Cancel a run: at once when no worker holds it, else ask its worker to stop.
 
     A run waiting for approval is cancelled at once and its pending approvals are closed.
@@ -390,17 +266,145 @@ async def request_cancel(pool: Pool, who: Principal, run_id: str) -> dict[str, A
         RunFinishedError: the run already ended (the API answers 409).
     """
 
-    async def attempt() -> dict[str, Any]:
+    async def attempt() -> Run:
         async with pool.connection() as conn:
             async with conn.transaction():
-                cur = await conn.execute(
-                    "SELECT status FROM runs WHERE id = %s AND tenant_id = %s FOR NO KEY UPDATE",
-                    (run_id, who.tenant_id),
-                )
-                row = await cur.fetchone()
-                if row is None:
-                    raise RunNotFoundError(run_id)
-                await cancel_locked(conn, run_id, RunStatus(row["status"]), who.user_id)
+                run = await get_run(conn, who, run_id, lock=True)
+                await cancel_locked(conn, run_id, run.status, who.user_id)
             return await get_run(conn, who, run_id)
 
     return await retry_deadlocks(attempt)
+
+
+async def request_pause_flag(conn: Conn, run_id: str) -> None:
+    """Ask the worker holding a run to pause it at its next step boundary (row locked)."""
+    await conn.execute(
+        "UPDATE runs SET pause_requested = true, updated_at = now() WHERE id = %s", (run_id,)
+    )
+    await conn.execute("SELECT pg_notify(%s, %s)", (PAUSE_CHANNEL, run_id))
+
+
+async def mark_paused(conn: Conn, head: RunHead) -> None:
+    """Record when the run was paused; pass as `extra` with the `run.paused` event."""
+    await conn.execute(
+        "UPDATE runs SET pause_requested = false, paused_at = now() WHERE id = %s",
+        (head.run_id,),
+    )
+
+
+async def unpause(conn: Conn, run_id: str) -> None:
+    """Push a paused run's deadline back by the time it spent paused (row locked)."""
+    await conn.execute(
+        "UPDATE runs SET deadline_at = deadline_at + (now() - paused_at), paused_at = NULL"
+        " WHERE id = %s",
+        (run_id,),
+    )
+
+
+async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
+    """Point the run at its assistant message (in the transaction of `run.completed`)."""
+    await conn.execute("UPDATE runs SET output_message_id = %s WHERE id = %s", (message_id, run_id))
+
+
+# Fair across users: the queued run whose user has the fewest active runs goes first, then
+# the oldest. A conversation runs one run at a time, in order (docs/decisions/0007).
+_CLAIM = f"""
+WITH user_active AS (
+    SELECT tenant_id, user_id, count(*) AS n FROM runs
+    WHERE {status_in(ACTIVE)} GROUP BY tenant_id, user_id
+), tenant_active AS (
+    SELECT tenant_id, count(*) AS n FROM runs WHERE {status_in(ACTIVE)} GROUP BY tenant_id
+), next AS (
+    SELECT r.id FROM runs r
+    LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
+    LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
+    WHERE r.status = '{RunStatus.QUEUED.value}'
+      AND COALESCE(ua.n, 0) < COALESCE(
+          (%(overrides)s::jsonb -> r.tenant_id ->> 'userMaxActiveRuns')::int, %(user_max)s)
+      AND COALESCE(ta.n, 0) < COALESCE(
+          (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
+            AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
+                 OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
+    ORDER BY COALESCE(ua.n, 0), r.created_at
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE runs SET
+    lease_owner = %(owner)s,
+    lease_generation = runs.lease_generation + 1,
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    deadline_at = COALESCE(runs.deadline_at, now() + make_interval(
+        secs => COALESCE((runs.options ->> 'timeoutSeconds')::float, %(timeout)s))),
+    attempt = runs.attempt + 1,
+    updated_at = now()
+FROM next WHERE runs.id = next.id
+RETURNING runs.*,
+    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run just claimed, with what its attempt starts from.
+
+    Attributes:
+        run: The run as the claim left it (new lease, generation and attempt).
+        head: Its head for the next append, under the claim's row lock.
+        input: The user message that started the run, read by the claim's statement.
+    """
+
+    run: Run
+    head: RunHead
+    input: str
+
+
+async def claim_next(conn: Conn, params: dict[str, Any]) -> Claim | None:
+    """Lease the next claimable run to `params["owner"]`, in the caller's transaction.
+
+    Args:
+        conn: A connection inside a transaction that holds the claim advisory lock.
+        params: The claim's parameters (`server.runs.worker.claim_params`).
+    """
+    cur = await conn.execute(_CLAIM, params)
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    run = Run.from_row(row)
+    return Claim(run, head_of(run.id, row), row["input_content"])
+
+
+async def renew_leases(
+    conn: Conn, owner: str, run_ids: list[str], lease_s: float
+) -> list[dict[str, Any]]:
+    """Extend `owner`'s leases; return `id, cancel_requested, pause_requested` of those kept."""
+    cur = await conn.execute(
+        "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)"
+        f" WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND {status_in(ACTIVE)}"
+        " RETURNING id, cancel_requested, pause_requested",
+        {"lease": lease_s, "owner": owner, "ids": run_ids},
+    )
+    return await cur.fetchall()
+
+
+async def lock_expired_leases(conn: Conn, limit: int = 100) -> list[dict[str, Any]]:
+    """Lock and return `id, recoveries` of active runs whose lease ran out, oldest first."""
+    cur = await conn.execute(
+        f"SELECT id, recoveries FROM runs WHERE {status_in(ACTIVE)} AND lease_expires_at < now()"
+        " ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+        (limit,),
+    )
+    return await cur.fetchall()
+
+
+async def fence_out(conn: Conn, run_id: str, recoveries: int) -> None:
+    """Count a recovery and start a new lease generation, fencing out the lost attempt.
+
+    Its worker may still be alive (it only lost touch with the database) and must write no
+    more events or checkpoints for this run.
+    """
+    await conn.execute(
+        "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1 WHERE id = %s",
+        (recoveries, run_id),
+    )

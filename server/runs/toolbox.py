@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlparse
 
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
 from server.db.pool import Pool
+from server.domain import Run
 from server.events.log import Conn
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
@@ -65,20 +65,18 @@ async def store_overlay(pool: Pool, who: Principal, config: TenantToolConfig) ->
         )
 
 
-async def run_toolbox(
-    registry: ToolRegistry, pool: Pool, run: dict[str, Any], generation: int
-) -> Toolbox:
+async def run_toolbox(registry: ToolRegistry, pool: Pool, run: Run, generation: int) -> Toolbox:
     """Build the toolbox of one attempt of `run`, with the Postgres ledger."""
     async with pool.connection() as conn:
-        overlay = await load_overlay(conn, run["tenant_id"])
-    only = (run["options"] or {}).get("tools")
+        overlay = await load_overlay(conn, run.tenant_id)
+    only = run.options.get("tools")
     return await registry.toolbox(
-        run_id=run["id"],
-        tenant_id=run["tenant_id"],
-        user_id=run["user_id"],
-        roles=frozenset(run.get("principal_roles") or ()),
+        run_id=run.id,
+        tenant_id=run.tenant_id,
+        user_id=run.user_id,
+        roles=frozenset(run.principal_roles),
         generation=generation,
-        ledger=PostgresToolLedger(pool, run["tenant_id"]),
+        ledger=PostgresToolLedger(pool, run.tenant_id),
         overlay=overlay,
         only=only,
     )

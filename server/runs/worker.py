@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -19,77 +20,26 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from server.db.pool import Pool
-from server.events.log import (
-    RUNS_CHANNEL,
-    NewEvent,
-    RunFinishedError,
-    RunHead,
-    append_events,
-    head_of,
-)
+from server.events.log import RUNS_CHANNEL, NewEvent, RunFinishedError, append_events
 from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
 from server.ids import new_id
 from server.observability.tracing import hex_trace_id
 from server.runs.approvals import expire_due
-from server.runs.executor import ExecutorDeps, RunHandle, execute_run
-from server.runs.pausing import mark_paused
+from server.runs.attempt import ExecutorDeps, RunHandle
+from server.runs.executor import execute_run
+from server.runs.records import (
+    Claim,
+    claim_next,
+    fence_out,
+    lock_expired_leases,
+    mark_paused,
+    renew_leases,
+)
 from server.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _CLAIM_LOCK = 7_262_616_002
-_ACTIVE = "('running', 'waiting_tool')"
-
-# Fair across users: the queued run whose user has the fewest active runs goes first, then
-# the oldest. A conversation runs one run at a time, in order (docs/decisions/0007).
-_CLAIM = f"""
-WITH user_active AS (
-    SELECT tenant_id, user_id, count(*) AS n FROM runs
-    WHERE status IN {_ACTIVE} GROUP BY tenant_id, user_id
-), tenant_active AS (
-    SELECT tenant_id, count(*) AS n FROM runs WHERE status IN {_ACTIVE} GROUP BY tenant_id
-), next AS (
-    SELECT r.id FROM runs r
-    LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
-    LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
-    WHERE r.status = 'queued'
-      AND COALESCE(ua.n, 0) < COALESCE(
-          (%(overrides)s::jsonb -> r.tenant_id ->> 'userMaxActiveRuns')::int, %(user_max)s)
-      AND COALESCE(ta.n, 0) < COALESCE(
-          (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
-      AND NOT EXISTS (
-          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
-            AND (o.status IN ('running', 'waiting_tool', 'waiting_user', 'paused')
-                 OR (o.status = 'queued' AND o.created_at < r.created_at)))
-    ORDER BY COALESCE(ua.n, 0), r.created_at
-    LIMIT 1
-    FOR UPDATE OF r SKIP LOCKED
-)
-UPDATE runs SET
-    lease_owner = %(owner)s,
-    lease_generation = runs.lease_generation + 1,
-    lease_expires_at = now() + make_interval(secs => %(lease)s),
-    deadline_at = COALESCE(runs.deadline_at, now() + make_interval(
-        secs => COALESCE((runs.options ->> 'timeoutSeconds')::float, %(timeout)s))),
-    attempt = runs.attempt + 1,
-    updated_at = now()
-FROM next WHERE runs.id = next.id
-RETURNING runs.*,
-    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
-"""
-
-_HEARTBEAT = """
-UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND status IN ('running', 'waiting_tool')
-RETURNING id, cancel_requested, pause_requested
-"""
-
-_EXPIRED = """
-SELECT id, recoveries FROM runs
-WHERE status IN ('running', 'waiting_tool') AND lease_expires_at < now()
-ORDER BY lease_expires_at LIMIT 100
-FOR UPDATE SKIP LOCKED
-"""
 
 
 def claim_params(settings: Settings, owner: str) -> dict[str, Any]:
@@ -219,65 +169,63 @@ class Worker:
         """Claim the next claimable run and start it; return False when there was none."""
         async with self._pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
-            cur = await conn.execute(_CLAIM, claim_params(self._settings, self.owner))
-            run = await cur.fetchone()
-            if run is None:
+            claim = await claim_next(conn, claim_params(self._settings, self.owner))
+            if claim is None:
                 return False
-            generation = run["lease_generation"]
-            head = head_of(run["id"], run)  # the row as the claim just locked and updated it
-            if run["cancel_requested"]:
+            run, generation = claim.run, claim.run.lease_generation
+            if run.cancel_requested:
+                cancelled = NewEvent("run.cancelled", {"reason": "cancel requested"})
                 await append_events(
-                    conn,
-                    run["id"],
-                    [NewEvent("run.cancelled", {"reason": "cancel requested"})],
-                    generation=generation,
-                    head=head,
+                    conn, run.id, [cancelled], generation=generation, head=claim.head
                 )
                 self.deps.metrics.events_written.inc()
                 return True
-            if run["pause_requested"]:
+            if run.pause_requested:
                 # Paused while it was being handed back (drain, lost lease): pause it now.
                 paused = NewEvent("run.paused", {"reason": "pause requested", "from": "queued"})
                 await append_events(
-                    conn, run["id"], [paused], generation=generation, head=head, extra=mark_paused
+                    conn,
+                    run.id,
+                    [paused],
+                    generation=generation,
+                    head=claim.head,
+                    extra=mark_paused,
                 )
                 self.deps.metrics.events_written.inc()
                 return True
             started = NewEvent(
                 "run.started",
-                {
-                    "attempt": run["attempt"],
-                    "worker": self.owner,
-                    "traceId": hex_trace_id(run["id"]),
-                },
+                {"attempt": run.attempt, "worker": self.owner, "traceId": hex_trace_id(run.id)},
             )
             head, _ = await append_events(
-                conn, run["id"], [started], generation=generation, head=head
+                conn, run.id, [started], generation=generation, head=claim.head
             )
         self.deps.metrics.events_written.inc()
-        self._start(run, head)
+        self._start(dataclasses.replace(claim, head=head))
         return True
 
-    def _start(self, run: dict[str, Any], head: RunHead) -> None:
+    def _start(self, claim: Claim) -> None:
         handle = RunHandle()
-        self._handles[run["id"]] = handle
-        self._tasks[run["id"]] = asyncio.create_task(
-            self._execute(run, head, handle), name=f"run-{run['id']}"
+        run_id = claim.run.id
+        self._handles[run_id] = handle
+        self._tasks[run_id] = asyncio.create_task(
+            self._execute(claim, handle), name=f"run-{run_id}"
         )
 
-    async def _execute(self, run: dict[str, Any], head: RunHead, handle: RunHandle) -> None:
+    async def _execute(self, claim: Claim, handle: RunHandle) -> None:
+        run_id = claim.run.id
         try:
-            await execute_run(self.deps, run, head, handle)
+            await execute_run(self.deps, claim, handle)
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("run %s: executor crashed", run["id"])
+            log.exception("run %s: executor crashed", run_id)
         finally:
             # A run suspended for approval can be decided and re-claimed by this worker before
             # this task ends: leave the newer task's entry alone.
-            if self._tasks.get(run["id"]) is asyncio.current_task():
-                del self._tasks[run["id"]]
-                self._handles.pop(run["id"], None)
+            if self._tasks.get(run_id) is asyncio.current_task():
+                del self._tasks[run_id]
+                self._handles.pop(run_id, None)
             self._wake.set()
 
     async def _heartbeat_loop(self) -> None:
@@ -299,11 +247,8 @@ class Worker:
             )
             if not ids:
                 return
-            cur = await conn.execute(
-                _HEARTBEAT,
-                {"lease": self._settings.lease_seconds, "owner": self.owner, "ids": ids},
-            )
-            renewed = {row["id"]: row for row in await cur.fetchall()}
+            kept = await renew_leases(conn, self.owner, ids, self._settings.lease_seconds)
+            renewed = {row["id"]: row for row in kept}
         for run_id in ids:
             if run_id not in renewed:
                 self._stop_run(run_id, "lease_lost")
@@ -316,8 +261,7 @@ class Worker:
         """Re-queue runs whose worker stopped renewing its lease; dead-letter repeat offenders."""
         count = 0
         async with self._pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(_EXPIRED)
-            for row in await cur.fetchall():
+            for row in await lock_expired_leases(conn):
                 recoveries = row["recoveries"] + 1
                 if recoveries > self._settings.max_recoveries:
                     event = NewEvent(
@@ -337,13 +281,6 @@ class Worker:
                 except RunFinishedError:
                     continue
                 self.deps.metrics.events_written.inc()
-                # A new generation fences the lost attempt out: its worker may still be alive
-                # (it only lost touch with the database) and must write no more events or
-                # checkpoints for this run.
-                await conn.execute(
-                    "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1"
-                    " WHERE id = %s",
-                    (recoveries, row["id"]),
-                )
+                await fence_out(conn, row["id"], recoveries)
                 count += 1
         return count

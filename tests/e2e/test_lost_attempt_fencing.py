@@ -12,7 +12,8 @@ from server.auth import Principal
 from server.db.pool import Pool
 from server.events.log import LeaseLostError, NewEvent, append_events, load_head, read_events
 from server.events.writer import EventWriter
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 from server.settings import Settings
 from tests.support.live import serve
 
@@ -25,7 +26,7 @@ async def test_a_requeued_run_refuses_the_events_of_its_lost_attempt(
     pool: Pool, settings: Settings
 ) -> None:
     conv = await create_conversation(pool, WHO, None, None, {})
-    run_id = str((await create_run(pool, WHO, conv["id"], "hello", "demo", {}))["id"])
+    run_id = (await create_run(pool, WHO, conv["id"], "hello", "demo", {})).id
     # An attempt claims the run, then loses touch with the database until its lease expires.
     async with pool.connection() as conn:
         cur = await conn.execute(

@@ -14,7 +14,8 @@ from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.events.log import LeaseLostError
 from server.process import setup_checkpointer
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 
 WHO = Principal("t", "u")
 
@@ -38,20 +39,20 @@ async def test_checkpoints_are_written_with_the_current_generation_and_refused_a
     conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
     run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
     async with pool.connection() as conn:
-        await conn.execute("UPDATE runs SET lease_generation = 1 WHERE id = %s", (run["id"],))
+        await conn.execute("UPDATE runs SET lease_generation = 1 WHERE id = %s", (run.id,))
 
     def config(generation: int) -> RunnableConfig:
         return {
-            "configurable": {"thread_id": conv, FENCE_RUN: run["id"], FENCE_GENERATION: generation}
+            "configurable": {"thread_id": conv, FENCE_RUN: run.id, FENCE_GENERATION: generation}
         }
 
-    state = {"messages": [HumanMessage("hi")], "run_id": run["id"], "step": 0}
+    state = {"messages": [HumanMessage("hi")], "run_id": run.id, "step": 0}
     await graph.ainvoke(state, config(1), context=RunContext(model=model))
     written = await checkpoints(pool, conv)
     assert written > 0
 
     async with pool.connection() as conn:  # another worker takes the run over
-        await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (run["id"],))
+        await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (run.id,))
     with pytest.raises(LeaseLostError, match="lease generation 1 superseded"):
         await graph.ainvoke(state, config(1), context=RunContext(model=model))
     assert await checkpoints(pool, conv) == written

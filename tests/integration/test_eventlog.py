@@ -20,7 +20,8 @@ from server.events.log import (
 )
 from server.events.snapshot import apply_event, empty_snapshot
 from server.events.writer import EventWriter
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 
 WHO = Principal("t1", "u1")
 
@@ -28,7 +29,7 @@ WHO = Principal("t1", "u1")
 async def new_run(pool: Pool) -> str:
     conv = await create_conversation(pool, WHO, None, None, {})
     run = await create_run(pool, WHO, conv["id"], "hello", "demo", {})
-    return str(run["id"])
+    return str(run.id)
 
 
 async def claim(pool: Pool, run_id: str) -> int:

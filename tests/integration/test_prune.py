@@ -14,7 +14,8 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool
 from server.events.log import load_head
 from server.process import Runtime, open_runtime
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 
@@ -33,8 +34,8 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
 async def run_to_end(runtime: Runtime, conv: str) -> None:
     run = await create_run(runtime.pool, WHO, conv, "hi", "scripted:hi", {})
     async with runtime.pool.connection() as conn:
-        with runtime.notifier.watch_run(run["id"]) as wake:
-            while (await load_head(conn, run["id"], lock=False)).status != "completed":
+        with runtime.notifier.watch_run(run.id) as wake:
+            while (await load_head(conn, run.id, lock=False)).status != "completed":
                 await wake.wait()
                 wake.clear()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from server.auth import Principal
 from server.db.pool import Pool
-from server.runs.records import create_conversation, create_run
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
 from tools.ledger import Claim, LedgerEntry, PostgresToolLedger, idempotency_key
 
 WHO = Principal("t1", "u1", frozenset())
@@ -13,7 +14,7 @@ WHO = Principal("t1", "u1", frozenset())
 async def new_run(pool: Pool) -> str:
     conv = await create_conversation(pool, WHO, None, None, {})
     run = await create_run(pool, WHO, conv["id"], "hi", "demo", {})
-    return str(run["id"])
+    return str(run.id)
 
 
 def entry(run_id: str, call_id: str, generation: int) -> LedgerEntry:

@@ -1,0 +1,323 @@
+"""One attempt at a claimed run: drive the compiled graph and say how the attempt ended.
+
+`Attempt` starts the graph for a new run or resumes it from its checkpoint, streams it
+through the projector under the run's deadline and `RunControl`, and turns whatever stops it
+into an `Outcome`; server/runs/executor.py stores that outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphDrained, GraphRecursionError
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import RunControl
+from langgraph.types import Command, Interrupt, StateSnapshot
+
+from graphs.context import RunContext
+from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
+from nodes.models.usage import Budget
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
+from server.db.pool import Pool
+from server.events.log import LeaseLostError, RunFinishedError
+from server.events.projection import STREAM_MODES, Emit, StreamProjector
+from server.observability.metrics import Metrics
+from server.observability.tracing import Tracing
+from server.runs.approvals import resume_command
+from server.runs.records import Claim
+from server.runs.toolbox import run_toolbox
+from server.settings import Settings
+from server.usage.registry import ModelRegistry
+from tools.registry import ToolRegistry
+
+GraphInput = dict[str, Any] | Command[Any] | None
+
+
+@dataclass(frozen=True)
+class ExecutorDeps:
+    """What every run needs from the process: the graph, models, tools and settings."""
+
+    pool: Pool
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    models: ModelRegistry
+    tools: ToolRegistry
+    settings: Settings
+    tracing: Tracing
+    metrics: Metrics
+
+
+@dataclass
+class RunHandle:
+    """A worker's grip on one executing run: drain it, or say why it is being cancelled."""
+
+    control: RunControl = field(default_factory=RunControl)
+    # Set before task.cancel(): "cancel" (a user asked), "lease_lost", or "shutdown".
+    stop_reason: str | None = None
+    # An operator asked to pause: the drain ends in `run.paused` rather than a requeue.
+    pause_requested: bool = False
+
+    def request_pause(self) -> None:
+        """Stop the run at its next step boundary and store it as paused."""
+        self.pause_requested = True
+        self.control.request_drain("pause")
+
+
+@dataclass
+class Outcome:
+    """How an attempt ended, and what to store for it."""
+
+    kind: str  # completed | failed | cancelled | requeued | paused | suspended | abandoned
+    data: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False  # the task was cancelled; re-raise after storing
+
+
+class RunTimeoutError(TimeoutError):
+    """The run passed its wall-clock deadline."""
+
+
+def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
+    """Name why a run failed: (error type, message a person can act on, details).
+
+    A failed model call details its error class, provider, model, attempts and last status
+    code; an exhausted budget names the limit, what it allowed and what was used.
+    """
+    if isinstance(exc, StepLimitError):
+        return exc.reason, str(exc), {}
+    if isinstance(exc, ModelCallFailedError | BudgetExceededError):
+        return exc.reason, str(exc), dict(exc.details)
+    if isinstance(exc, GraphRecursionError):
+        return "step_limit", "the graph exceeded its recursion limit without finishing", {}
+    if isinstance(exc, RunTimeoutError):
+        return "timeout", str(exc), {}
+    return type(exc).__name__, str(exc) or repr(exc), {}
+
+
+def _tightest(*values: Any) -> Any:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def run_budget(options: dict[str, Any], settings: Settings) -> Budget:
+    """Return the run's budget: its options may lower the settings' limits, never raise them."""
+    cost = options.get("maxCost")
+    return Budget(
+        max_tokens=_tightest(options.get("maxTokens"), settings.budget_max_tokens),
+        max_cost=_tightest(None if cost is None else Decimal(str(cost)), settings.budget_max_cost),
+        max_model_calls=_tightest(options.get("maxModelCalls"), settings.budget_max_model_calls),
+    )
+
+
+def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:
+    """Answer tool calls an earlier run left open (it was cancelled while they waited).
+
+    Providers refuse a conversation whose tool calls have no results, so each gets an error
+    result before the next user message.
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return []
+    return [
+        ToolMessage(
+            content="Error (cancelled): the run that made this call ended before it ran",
+            tool_call_id=call["id"] or "",
+            name=call["name"],
+            status="error",
+        )
+        for call in last.tool_calls
+        if call["id"] not in answered
+    ]
+
+
+def _seconds_left(deadline: datetime | None) -> float | None:
+    if deadline is None:
+        return None
+    return (deadline - datetime.now(UTC)).total_seconds()
+
+
+def _task_messages(tasks: Sequence[Any]) -> list[BaseMessage]:
+    """Return the messages that finished tasks of a state snapshot wrote."""
+    found: list[BaseMessage] = []
+    for task in tasks:
+        written = task.result.get("messages") if isinstance(task.result, dict) else None
+        if isinstance(written, BaseMessage):
+            found.append(written)
+        elif isinstance(written, list):
+            found += [m for m in written if isinstance(m, BaseMessage)]
+    return found
+
+
+class Attempt:
+    """One attempt at a claimed run, from its graph input to its `Outcome`.
+
+    Args:
+        deps: The process's graph, models, tools and settings.
+        claim: The run as claimed, its head and its input message.
+        handle: How the worker drains or stops this attempt.
+        projector: Turns the graph's stream into the run's events.
+        emit: Stores one event (through the run's writer).
+        recorded: Ids of the message items earlier attempts completed.
+    """
+
+    def __init__(
+        self,
+        deps: ExecutorDeps,
+        claim: Claim,
+        handle: RunHandle,
+        projector: StreamProjector,
+        emit: Emit,
+        recorded: set[str],
+    ) -> None:
+        self.deps = deps
+        self.claim = claim
+        self.run = claim.run
+        self.handle = handle
+        self.projector = projector
+        self.emit = emit
+        self.recorded = recorded
+
+    async def execute(self, callbacks: list[BaseCallbackHandler]) -> Outcome:
+        """Drive the graph under the run's deadline; return how the attempt ended."""
+        deadline = asyncio.timeout(_seconds_left(self.run.deadline_at))
+        try:
+            async with deadline:
+                interrupts = await self._drive(callbacks)
+        except asyncio.CancelledError:
+            return self._stopped()
+        except GraphDrained:
+            if self.handle.pause_requested:
+                return Outcome("paused", {"reason": "pause requested", "from": "running"})
+            return Outcome("requeued", {"reason": "worker draining"})
+        except (LeaseLostError, RunFinishedError) as exc:
+            return Outcome("abandoned", {"reason": f"lease lost: {exc}"})
+        except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
+            # The database went away mid-step: write nothing more; the lease expires and the run
+            # is recovered from its last checkpoint when the database is back.
+            return Outcome("abandoned", {"reason": f"database unavailable: {exc}"})
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                exc = self._timed_out()
+            self.projector.close_open_items("interrupted", "run failed")
+            error_type, message, details = classify_failure(exc)
+            return Outcome("failed", {"errorType": error_type, "message": message, **details})
+        if interrupts:
+            return Outcome("suspended", {"interrupts": interrupts})
+        return Outcome("completed")
+
+    def _stopped(self) -> Outcome:
+        """The outcome of an attempt whose task was cancelled, by why the worker stopped it."""
+        if self.handle.stop_reason == "cancel":
+            self.projector.close_open_items("interrupted", "run cancelled")
+            return Outcome("cancelled", {"reason": "cancel requested"}, cancelled=True)
+        if self.handle.stop_reason == "shutdown":
+            # Hand the run back at once instead of waiting for the lease to expire.
+            return Outcome("requeued", {"reason": "worker stopped"}, cancelled=True)
+        return Outcome("abandoned", {"reason": "lease lost"}, cancelled=True)
+
+    def _timed_out(self) -> RunTimeoutError:
+        deadline = self.run.deadline_at.isoformat() if self.run.deadline_at else "unset"
+        return RunTimeoutError(
+            f"the run passed its wall-clock deadline ({deadline}); "
+            "raise the run option timeoutSeconds or AGENTRT_RUN_TIMEOUT_S"
+        )
+
+    async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
+        """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
+        config = self._config(callbacks)
+        context = await self._context()
+        state = await self.deps.graph.aget_state(config)
+        graph_input: GraphInput
+        if state.values.get("run_id") == self.run.id:
+            graph_input = await self._resume_input(state)
+            if graph_input is None and state.interrupts:
+                return state.interrupts  # decisions still missing: ask (again) and wait
+            # `next` leaves out tasks whose writes were saved before a crash; those still lead on.
+            if graph_input is None and not state.next and not state.tasks:
+                return ()  # the graph finished before the previous attempt could record it
+        else:
+            self.projector.supersede_unsaved([], self.run.input_message_id, self.recorded)
+            graph_input = self._first_input(state)
+        # "sync": each step's checkpoint is stored before the next step starts, so no tool runs
+        # for a model turn that is not checkpointed, and a failed write stops the attempt there.
+        async for mode, chunk in self.deps.graph.astream(
+            graph_input,
+            config,
+            context=context,
+            stream_mode=STREAM_MODES,
+            control=self.handle.control,
+            durability="sync",
+        ):
+            self.projector.handle(mode, chunk)
+        return (await self.deps.graph.aget_state(config)).interrupts
+
+    def _config(self, callbacks: list[BaseCallbackHandler]) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": self.run.conversation_id,
+                FENCE_RUN: self.run.id,
+                FENCE_GENERATION: self.run.lease_generation,
+            },
+            "recursion_limit": self._max_steps() * 4 + 10,
+            "callbacks": callbacks,
+        }
+
+    def _max_steps(self) -> int:
+        return int(self.run.options.get("maxSteps") or self.deps.settings.max_steps)
+
+    async def _context(self) -> RunContext:
+        """Build the run's LangGraph context: its model caller, toolbox and limits."""
+        deps, run = self.deps, self.run
+        toolbox = await run_toolbox(deps.tools, deps.pool, run, run.lease_generation)
+        for source, reason in sorted(toolbox.unavailable.items()):
+            if source.startswith("mcp:"):
+                self.emit("tools.unavailable", {"source": source, "reason": reason})
+        caller = deps.models.caller(
+            run.model, budget=run_budget(run.options, deps.settings), totals=run.usage or None
+        )
+        return RunContext(
+            run_id=run.id,
+            conversation_id=run.conversation_id,
+            tenant_id=run.tenant_id,
+            user_id=run.user_id,
+            model_caller=caller,
+            tools=toolbox.visible(),
+            toolbox=toolbox,
+            max_steps=self._max_steps(),
+            tool_timeout_s=deps.settings.tool_timeout_s,
+        )
+
+    async def _resume_input(self, state: StateSnapshot) -> Command[Any] | None:
+        """Reconcile the log with the checkpoint; return the approvals' resume, if any.
+
+        None resumes the run from its last checkpoint.
+        """
+        checkpointed = state.values.get("messages", [])
+        # Tasks of the next step that finished before the crash: LangGraph restores their saved
+        # writes instead of running them again, so their answers count as saved too.
+        saved = [*checkpointed, *_task_messages(state.tasks)]
+        input_id = self.run.input_message_id
+        self.projector.supersede_unsaved(saved, input_id, self.recorded)
+        self.projector.replay_missing(checkpointed, input_id, self.recorded)
+        if not state.interrupts:
+            return None
+        return await resume_command(self.deps.pool, self.run.id, state.interrupts)
+
+    def _first_input(self, state: StateSnapshot) -> dict[str, Any]:
+        """The input of a run's first step: its user message after the thread's history."""
+        return {
+            "messages": [
+                *close_unanswered_calls(state.values.get("messages", [])),
+                HumanMessage(self.claim.input, id=self.run.input_message_id),
+            ],
+            "run_id": self.run.id,
+            "step": 0,
+        }

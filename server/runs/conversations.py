@@ -1,0 +1,62 @@
+"""Conversations and their messages: every query scoped by the caller's tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from server.auth import Principal
+from server.db.pool import Pool
+from server.events.log import Conn
+from server.ids import new_id
+
+
+class ConversationNotFoundError(LookupError):
+    """No such conversation for this tenant."""
+
+
+async def create_conversation(
+    pool: Pool, who: Principal, title: str | None, model: str | None, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """Create a conversation owned by the caller."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata)"
+            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
+            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata)),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def get_conversation(
+    conn: Conn, who: Principal, conversation_id: str, *, lock: bool = False
+) -> dict[str, Any]:
+    """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError.
+
+    The lock is `FOR NO KEY UPDATE`, which lets a worker insert rows that reference the
+    conversation (the assistant message) meanwhile; `FOR UPDATE` would block those inserts'
+    foreign-key checks while we wait for that worker's run row: a deadlock.
+    """
+    cur = await conn.execute(
+        "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
+        + (" FOR NO KEY UPDATE" if lock else ""),
+        (conversation_id, who.tenant_id),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise ConversationNotFoundError(conversation_id)
+    return row
+
+
+async def list_messages(pool: Pool, who: Principal, conversation_id: str) -> list[dict[str, Any]]:
+    """List a conversation's stored messages in order."""
+    async with pool.connection() as conn:
+        await get_conversation(conn, who, conversation_id)
+        cur = await conn.execute(
+            "SELECT * FROM messages WHERE conversation_id = %s ORDER BY position",
+            (conversation_id,),
+        )
+        return await cur.fetchall()

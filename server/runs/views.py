@@ -1,0 +1,83 @@
+"""The API's rendering of conversations, messages and runs (camelCase JSON objects)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from server.domain import Run
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
+    """Render a conversation row for the API."""
+    return {
+        "conversationId": row["id"],
+        "title": row["title"],
+        "model": row["model"],
+        "metadata": row["metadata"],
+        "userId": row["user_id"],
+        "createdAt": _iso(row["created_at"]),
+    }
+
+
+def message_view(row: dict[str, Any]) -> dict[str, Any]:
+    """Render a message row for the API."""
+    return {
+        "messageId": row["id"],
+        "conversationId": row["conversation_id"],
+        "runId": row["run_id"],
+        "role": row["role"],
+        "content": row["content"],
+        "createdAt": _iso(row["created_at"]),
+    }
+
+
+def run_view(run: Run) -> dict[str, Any]:
+    """Render a run for the API."""
+    error = None
+    if run.error_type:
+        error = {
+            "type": run.error_type,
+            "message": run.error_message,
+            **(run.error_details or {}),
+        }
+    return {
+        "runId": run.id,
+        "conversationId": run.conversation_id,
+        "userId": run.user_id,
+        "status": run.status.value,
+        "model": run.model,
+        "options": run.options,
+        "inputMessageId": run.input_message_id,
+        "outputMessageId": run.output_message_id,
+        "attempt": run.attempt,
+        "error": error,
+        "lastEventId": run.last_event_seq,
+        "usage": run.usage,
+        "cancelRequested": run.cancel_requested,
+        "pauseRequested": run.pause_requested and not run.is_terminal,
+        "pausedAt": _iso(run.paused_at),
+        "leaseOwner": run.lease_owner,
+        "recoveries": run.recoveries,
+        "createdAt": _iso(run.created_at),
+        "startedAt": _iso(run.started_at),
+        "finishedAt": _iso(run.finished_at),
+    }
+
+
+def accepted_view(run: Run, model_source: str | None) -> dict[str, Any]:
+    """Render the answer to a posted message from its new run."""
+    return {
+        "runId": run.id,
+        "status": run.status.value,
+        "conversationId": run.conversation_id,
+        "messageId": run.input_message_id,
+        "model": run.model,
+        "modelSource": model_source,
+        "streamUrl": f"/api/runs/{run.id}/events",
+        "snapshotUrl": f"/api/runs/{run.id}/snapshot",
+    }
