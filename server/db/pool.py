@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 # Any constant works; it only has to be the same in every process that migrates.
 _MIGRATION_LOCK = 7_262_616_001
 
-Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+# A connection whose rows are dicts, as every query of ours reads them.
+Conn = AsyncConnection[dict[str, Any]]
+Pool = AsyncConnectionPool[Conn]
 T = TypeVar("T")
 _DEADLOCK_TRIES = 5
 

@@ -13,16 +13,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
 from server.usage.ledger import USAGE_EVENT, store_model_calls
 
 EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
 RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
-Conn = AsyncConnection[dict[str, Any]]
 
 
 class RunNotFoundError(LookupError):

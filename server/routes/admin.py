@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 
 from server.auth import CurrentPrincipal, Principal
-from server.events.log import Conn
+from server.db.pool import Conn
 from server.routes.schemas import COMMON_ERRORS, QueueView, errors
 
 router = APIRouter(prefix="/api/admin", tags=["admin"], responses=COMMON_ERRORS)

@@ -17,8 +17,8 @@ from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool
-from server.events.log import Conn, NewEvent, RunHead, append_events
+from server.db.pool import Conn, Pool
+from server.events.log import NewEvent, RunHead, append_events
 from server.events.writer import EventWriter
 from server.runs.records import get_run
 from tools.validation import redact

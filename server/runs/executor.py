@@ -23,8 +23,8 @@ from graphs.context import RunContext
 from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
 from nodes.models.usage import Budget
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
-from server.db.pool import Pool
-from server.events.log import Conn, LeaseLostError, RunFinishedError, RunHead
+from server.db.pool import Conn, Pool
+from server.events.log import LeaseLostError, RunFinishedError, RunHead
 from server.events.projection import STREAM_MODES, StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter

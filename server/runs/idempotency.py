@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from server.events.log import Conn
+from server.db.pool import Conn
 
 HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import RunStatus, can_pause, is_terminal
-from server.events.log import Conn, NewEvent, RunFinishedError, RunHead, append_events
+from server.events.log import NewEvent, RunFinishedError, RunHead, append_events
 from server.events.notify import PAUSE_CHANNEL
 from server.runs.records import get_run
 

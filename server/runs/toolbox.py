@@ -8,8 +8,7 @@ from urllib.parse import urlparse
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool
-from server.events.log import Conn
+from server.db.pool import Conn, Pool
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
 from tools.policy import Toolbox
