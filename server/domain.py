@@ -1,8 +1,10 @@
-"""The Run state machine and the status each event moves a run to."""
+"""The Run state machine, and the reasons a run can fail for."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from server.errors import IllegalTransitionError
 
 
 class RunStatus(StrEnum):
@@ -16,6 +18,20 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class FailureReason(StrEnum):
+    """Why a run failed: the `errorType` of its `run.failed` event.
+
+    A failure none of these names (a fault nobody foresaw) is reported under its exception
+    class name instead.
+    """
+
+    STEP_LIMIT = "step_limit"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    MODEL_CALL_FAILED = "model_call_failed"
+    TIMEOUT = "timeout"
+    DEAD_LETTER = "dead_letter"
 
 
 S = RunStatus
@@ -37,15 +53,6 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
-
-
-class IllegalTransitionError(ValueError):
-    """A status change the state machine does not allow."""
-
-    def __init__(self, current: RunStatus, target: RunStatus) -> None:
-        super().__init__(f"a run cannot go from {current} to {target}")
-        self.current = current
-        self.target = target
 
 
 def check_transition(current: RunStatus | str, target: RunStatus | str) -> RunStatus:

@@ -8,16 +8,10 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from server.auth import CurrentPrincipal, Principal
+from server.errors import ApprovalForbiddenError
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, Approval, ApprovalList, errors
-from server.runs.approvals import (
-    ApprovalForbiddenError,
-    approval_view,
-    decide,
-    get_approval,
-    list_approvals,
-    run_approvals,
-)
+from server.runs.approvals import approval_view, decide, get_approval, list_approvals, run_approvals
 from server.runs.toolbox import principal_toolbox
 from tools.errors import ToolCallError
 from tools.validation import validate_args

@@ -13,18 +13,18 @@ from typing import Any
 import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained, GraphRecursionError
+from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
-from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
 from nodes.models.usage import Budget
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Conn, Pool
-from server.events.log import LeaseLostError, RunFinishedError, RunHead
+from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
+from server.events.log import RunHead
 from server.events.projection import STREAM_MODES, StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter
@@ -34,6 +34,7 @@ from server.observability.logs import run_context
 from server.observability.metrics import Metrics
 from server.observability.tracing import RunInfo, Tracing
 from server.runs.approvals import resume_command, suspend
+from server.runs.failures import describe_failure
 from server.runs.pausing import mark_paused
 from server.runs.toolbox import run_toolbox
 from server.settings import Settings
@@ -70,27 +71,6 @@ class RunHandle:
         """Stop the run at its next step boundary and store it as paused."""
         self.pause_requested = True
         self.control.request_drain("pause")
-
-
-class RunTimeoutError(TimeoutError):
-    """The run passed its wall-clock deadline."""
-
-
-def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
-    """Name why a run failed: (error type, message a person can act on, details).
-
-    A failed model call details its error class, provider, model, attempts and last status
-    code; an exhausted budget names the limit, what it allowed and what was used.
-    """
-    if isinstance(exc, StepLimitError):
-        return exc.reason, str(exc), {}
-    if isinstance(exc, ModelCallFailedError | BudgetExceededError):
-        return exc.reason, str(exc), dict(exc.details)
-    if isinstance(exc, GraphRecursionError):
-        return "step_limit", "the graph exceeded its recursion limit without finishing", {}
-    if isinstance(exc, RunTimeoutError):
-        return "timeout", str(exc), {}
-    return type(exc).__name__, str(exc) or repr(exc), {}
 
 
 def _tightest(*values: Any) -> Any:
@@ -238,8 +218,7 @@ async def _attempt(
                 "raise the run option timeoutSeconds or AGENTRT_RUN_TIMEOUT_S"
             )
         projector.close_open_items("interrupted", "run failed")
-        error_type, message, details = classify_failure(exc)
-        return Outcome("failed", {"errorType": error_type, "message": message, **details})
+        return Outcome("failed", describe_failure(exc))
     if interrupts:
         return Outcome("suspended", {"interrupts": interrupts})
     return Outcome("completed")

@@ -15,28 +15,10 @@ from typing import Any
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import RunStatus, can_pause, is_terminal
-from server.events.log import NewEvent, RunFinishedError, RunHead, append_events
+from server.errors import RunFinishedError, RunForbiddenError, RunNotPausedError
+from server.events.log import NewEvent, RunHead, append_events
 from server.events.notify import PAUSE_CHANNEL
 from server.runs.records import get_run
-
-
-class RunForbiddenError(PermissionError):
-    """The caller may not control this run (it is neither its owner nor a tenant admin)."""
-
-
-class RunNotPausedError(RuntimeError):
-    """Resume was asked of a run that is not paused."""
-
-    def __init__(self, run_id: str, status: str, pause_requested: bool) -> None:
-        if pause_requested:
-            message = (
-                f"run {run_id} is still {status}: its pause takes effect at its next step, "
-                "so resume it once its status is paused"
-            )
-        else:
-            message = f"run {run_id} is {status}, not paused: only a paused run can be resumed"
-        super().__init__(message)
-        self.status = status
 
 
 async def mark_paused(conn: Conn, head: RunHead) -> None:
