@@ -69,6 +69,13 @@ class InvalidIdempotencyKeyError(BadRequestError):
     code = "invalid_idempotency_key"
 
 
+class UnauthorizedError(AgentrtError):
+    """The API key is missing, unknown or revoked."""
+
+    status = 401
+    code = "unauthorized"
+
+
 class ForbiddenError(AgentrtError):
     """The caller's roles do not allow this."""
 
@@ -219,6 +226,13 @@ class ToolConfigError(InvalidRequestError):
     """A tenant tool config the API refuses (the message says why)."""
 
     code = "invalid_tool_config"
+
+
+class TooLargeError(AgentrtError):
+    """The request body, or a part of it, is over its size limit."""
+
+    status = 413
+    code = "too_large"
 
 
 class TooManyRunsError(AgentrtError):

@@ -161,3 +161,9 @@ async def retry_deadlocks(attempt: Callable[[], Awaitable[T]]) -> T:
             # Jittered, so that the transactions that collided do not collide again in step.
             await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
     raise AssertionError("unreachable")
+
+
+async def ping(pool: Pool, timeout_s: float) -> None:
+    """Return once the database answers a query; raise if it does not within `timeout_s`."""
+    async with pool.connection(timeout=timeout_s) as conn:
+        await conn.execute("SELECT 1")

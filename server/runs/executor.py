@@ -7,7 +7,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -20,7 +19,6 @@ from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
-from nodes.models.usage import Budget
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
@@ -38,6 +36,7 @@ from server.runs.failures import describe_failure
 from server.runs.pausing import mark_paused
 from server.runs.toolbox import run_toolbox
 from server.settings import Settings
+from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -71,21 +70,6 @@ class RunHandle:
         """Stop the run at its next step boundary and store it as paused."""
         self.pause_requested = True
         self.control.request_drain("pause")
-
-
-def _tightest(*values: Any) -> Any:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
-
-
-def run_budget(options: dict[str, Any], settings: Settings) -> Budget:
-    """Return the run's budget: its options may lower the settings' limits, never raise them."""
-    cost = options.get("maxCost")
-    return Budget(
-        max_tokens=_tightest(options.get("maxTokens"), settings.budget_max_tokens),
-        max_cost=_tightest(None if cost is None else Decimal(str(cost)), settings.budget_max_cost),
-        max_model_calls=_tightest(options.get("maxModelCalls"), settings.budget_max_model_calls),
-    )
 
 
 def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.UnknownModelError("no model 'x'"), 400, "unknown_model", {}),
     (errors.InvalidIdempotencyKeyError("bad key"), 400, "invalid_idempotency_key", {}),
+    (errors.UnauthorizedError("unknown or revoked API key"), 401, "unauthorized", {}),
     (errors.RunForbiddenError("not yours"), 403, "forbidden", {}),
     (errors.ApprovalForbiddenError("needs reviewer"), 403, "forbidden", {}),
     (errors.RunNotFoundError("run_1"), 404, "not_found", {}),
@@ -60,6 +61,7 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.BadCursorError("c"), 422, "invalid_cursor", {}),
     (errors.ToolConfigError("stdio servers are the operator's"), 422, "invalid_tool_config", {}),
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
+    (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.

@@ -129,3 +129,33 @@ def test_init_files_are_empty() -> None:
     for package in ("graphs", "nodes", "tools", "skills", "server"):
         for init in (ROOT / package).rglob("__init__.py"):
             assert init.read_text().strip() == "", init
+
+
+# What a route module may not import: it asks a function of runs/, events/ or usage/ instead.
+ROUTE_BANNED = {
+    "psycopg",
+    "server.observability.metrics",
+    "server.observability.tracing",
+    "server.runs.executor",
+}
+# Support modules of the routes; every other module of server/routes/ is a router.
+ROUTE_SUPPORT = {"server.routes.schemas", "server.routes.guards", "server.routes.errors"}
+
+
+def test_routes_are_thin() -> None:
+    problems = []
+    for path in sorted((ROOT / "server" / "routes").glob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if ".".join(path.relative_to(ROOT).with_suffix("").parts) in ROUTE_SUPPORT:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "app.state" in text:
+            problems.append(f"{name} reads app.state (declare a dependency of server/deps.py)")
+        if ".execute(" in text:
+            problems.append(f"{name} runs SQL")
+        for module in imported_modules(path):
+            if any(within(module, banned) for banned in ROUTE_BANNED):
+                problems.append(f"{name} imports {module}")
+            if within(module, "server.routes") and module not in ROUTE_SUPPORT | {"server.routes"}:
+                problems.append(f"{name} imports the router {module}")
+    assert problems == []
