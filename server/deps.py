@@ -1,7 +1,8 @@
 """What routes may ask for: the process's parts and the caller, as `Annotated` dependencies.
 
 This is the one reader of `app.state` besides the app that fills it, so a route names what
-it needs in its signature (`pool: PoolDep`) and tests can see it there.
+it needs in its signature (`pool: PoolDep`) and tests can see it there. The getters are
+`async def` although they never wait: FastAPI runs a plain `def` dependency on a thread.
 """
 
 from __future__ import annotations
@@ -23,55 +24,55 @@ from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """Return the process settings."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_pool(request: Request) -> Pool:
+async def get_pool(request: Request) -> Pool:
     """Return the process's connection pool."""
     pool: Pool = request.app.state.pool
     return pool
 
 
-def get_models(request: Request) -> ModelRegistry:
+async def get_models(request: Request) -> ModelRegistry:
     """Return the model registry."""
     models: ModelRegistry = request.app.state.models
     return models
 
 
-def get_tools(request: Request) -> ToolRegistry:
+async def get_tools(request: Request) -> ToolRegistry:
     """Return the tool registry."""
     tools: ToolRegistry = request.app.state.tools
     return tools
 
 
-def get_notifier(request: Request) -> Notifier:
+async def get_notifier(request: Request) -> Notifier:
     """Return the process's LISTEN connection."""
     notifier: Notifier = request.app.state.notifier
     return notifier
 
 
-def get_feeds(request: Request) -> Feeds:
+async def get_feeds(request: Request) -> Feeds:
     """Return the shared live feeds of runs being streamed."""
     feeds: Feeds = request.app.state.feeds
     return feeds
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     """Return the process's Prometheus metrics."""
     metrics: Metrics = request.app.state.runtime.metrics
     return metrics
 
 
-def get_tracing(request: Request) -> Tracing:
+async def get_tracing(request: Request) -> Tracing:
     """Return the process's tracer and span sink."""
     tracing: Tracing = request.app.state.runtime.tracing
     return tracing
 
 
-def get_stopping(request: Request) -> asyncio.Event:
+async def get_stopping(request: Request) -> asyncio.Event:
     """Return the event set when the process starts to stop (open streams then end)."""
     stopping: asyncio.Event = request.app.state.runtime.stopping
     return stopping
@@ -95,7 +96,7 @@ async def get_principal(request: Request, settings: SettingsDep, pool: PoolDep) 
     return await principal_of(settings, pool, key)
 
 
-def get_service(
+async def get_service(
     pool: PoolDep,
     settings: SettingsDep,
     models: ModelsDep,
