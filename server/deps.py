@@ -89,23 +89,21 @@ TracingDep = Annotated[Tracing, Depends(get_tracing)]
 StoppingDep = Annotated[asyncio.Event, Depends(get_stopping)]
 
 
-async def get_principal(request: Request, settings: SettingsDep, pool: PoolDep) -> Principal:
+async def get_principal(request: Request) -> Principal:
     """Resolve the caller from its API key; 401 when auth is on and the key is not valid."""
-    headers = request.headers
+    headers, state = request.headers, request.app.state
     key = presented_key(headers.get("authorization"), headers.get("x-api-key"))
-    return await principal_of(settings, pool, key)
+    return await principal_of(state.settings, state.pool, key)
 
 
-async def get_service(
-    pool: PoolDep,
-    settings: SettingsDep,
-    models: ModelsDep,
-    tools: ToolsDep,
-    metrics: MetricsDep,
-    tracing: TracingDep,
-) -> RunService:
+async def get_service(request: Request) -> RunService:
     """Return what the API asks of runs, bound to this process's parts."""
-    return RunService(pool, settings, models, tools, metrics, tracing)
+    # One dependency rather than six: each costs its own resolution on every request.
+    state = request.app.state
+    runtime = state.runtime
+    return RunService(
+        state.pool, state.settings, state.models, state.tools, runtime.metrics, runtime.tracing
+    )
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
