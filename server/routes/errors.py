@@ -54,13 +54,18 @@ def error_response(
     return response
 
 
-async def on_agentrt_error(request: Request, exc: AgentrtError) -> JSONResponse:
-    """Answer one of our errors with its status, code, message and fields."""
-    if exc.status >= 500:
-        return await on_unexpected(request, exc)
+def answer(exc: AgentrtError) -> JSONResponse:
+    """Return the answer to one of our 4xx errors: its status, code, message and fields."""
     return error_response(
         exc.status, exc.code, exc.message, retry_after_s=exc.retry_after_s, **exc.fields
     )
+
+
+async def on_agentrt_error(request: Request, exc: AgentrtError) -> JSONResponse:
+    """Answer one of our errors; a 5xx one like an unexpected fault, without its message."""
+    if exc.status >= 500:
+        return await on_unexpected(request, exc)
+    return answer(exc)
 
 
 async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
