@@ -1,35 +1,33 @@
-"""Errors raised by nodes that end a run with a named reason."""
+"""Errors raised by nodes that end the run; the server names the reason of each."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
-class StepLimitError(RuntimeError):
+class RunEndingError(RuntimeError):
+    """A failure that ends the run; `details` join the message in its `run.failed` event."""
+
+    def __init__(self, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details: dict[str, Any] = dict(details or {})
+
+
+class StepLimitError(RunEndingError):
     """The run made `max_steps` model calls without reaching an answer."""
 
-    reason = "step_limit"
 
-
-class BudgetExceededError(RuntimeError):
+class BudgetExceededError(RunEndingError):
     """The run used up one of its budgets (tokens, cost or model calls)."""
 
-    reason = "budget_exceeded"
-
     def __init__(self, message: str, *, limit: str, allowed: str, used: str) -> None:
-        super().__init__(message)
-        self.details: dict[str, Any] = {"limit": limit, "allowed": allowed, "used": used}
+        super().__init__(message, {"limit": limit, "allowed": allowed, "used": used})
 
 
-class ModelCallFailedError(RuntimeError):
+class ModelCallFailedError(RunEndingError):
     """A model call failed for good: not retryable, or every attempt and fallback failed.
 
     `details` says why: the last error class, provider, model and status code, how many
     attempts were made, and every model tried.
     """
-
-    reason = "model_call_failed"
-
-    def __init__(self, message: str, details: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.details = details

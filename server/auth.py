@@ -7,9 +7,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Depends, HTTPException, Request, status
-
 from server.db.pool import Pool
+from server.errors import ForbiddenError, UnauthorizedError
 from server.ids import new_id
 from server.settings import Settings
 
@@ -60,29 +59,30 @@ async def create_api_key(
     return key
 
 
-def _presented_key(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
+def presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
+    """Return the API key of a request: a bearer token, else the `X-API-Key` header."""
+    header = authorization or ""
     if header.lower().startswith("bearer "):
         return header[7:].strip()
-    return request.headers.get("x-api-key")
+    return x_api_key
 
 
-async def get_principal(request: Request) -> Principal:
-    """Resolve the caller; 401 when auth is on and the key is missing or unknown."""
-    settings: Settings = request.app.state.settings
+async def principal_of(settings: Settings, pool: Pool, key: str | None) -> Principal:
+    """Resolve the caller of key `key`.
+
+    Raises:
+        UnauthorizedError: auth is on and the key is missing, unknown or revoked.
+    """
     if not settings.auth_enabled:
         # Without keys there is one caller, who runs the installation.
         return Principal(
             settings.default_tenant, settings.default_user, frozenset({"admin", OPERATOR})
         )
-    key = _presented_key(request)
     if not key:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
+        raise UnauthorizedError(
             "missing API key: send 'Authorization: Bearer <key>' (create one with "
-            "'agentrt keys create')",
+            "'agentrt keys create')"
         )
-    pool: Pool = request.app.state.pool
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT tenant_id, user_id, roles FROM api_keys"
@@ -91,11 +91,21 @@ async def get_principal(request: Request) -> Principal:
         )
         row = await cur.fetchone()
     if row is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown or revoked API key")
+        raise UnauthorizedError("unknown or revoked API key")
     return Principal(row["tenant_id"], row["user_id"], frozenset(row["roles"]))
 
 
-CurrentPrincipal = Depends(get_principal)
+def require_admin(who: Principal) -> None:
+    """Refuse callers who are neither an operator nor their tenant's admin.
+
+    Raises:
+        ForbiddenError: the caller holds neither role.
+    """
+    if not (who.is_operator or who.has_role("admin")):
+        raise ForbiddenError(
+            "this endpoint needs the operator role (whole installation) or the admin role "
+            "(your tenant)"
+        )
 
 
 async def list_api_keys(pool: Pool, tenant_id: str | None = None) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ def _setup_logging(settings: Settings) -> None:
 def _tools(settings: Settings) -> list[Any]:
     """Load the built-in tools and `AGENTRT_TOOL_MODULES`, or raise StartupError."""
     from server.app import default_tools
-    from server.client.errors import StartupError
+    from server.errors import StartupError
 
     # A console script does not put the working directory on sys.path as `python -m` does;
     # appended (not prepended) so that a local file cannot shadow an installed module.
@@ -52,8 +52,8 @@ def _models(settings: Settings) -> ModelRegistry:
     import logging
     import threading
 
-    from server.client.errors import StartupError
-    from server.usage.registry import ModelRegistry, UnknownModelError
+    from server.errors import StartupError, UnknownModelError
+    from server.usage.registry import ModelRegistry
 
     # Validating a litellm model imports litellm, seconds on a busy machine: say so if slow.
     slow = threading.Timer(
@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import asyncio
 
-    from server.client.errors import ClientError, StartupError
+    from server.client.errors import ClientError
+    from server.errors import StartupError
 
     if args.command in CLIENT:
         from server.client.commands import CLIENT_COMMANDS

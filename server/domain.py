@@ -1,4 +1,4 @@
-"""The Run: its record as a typed value, its statuses, the sets of them and the transitions."""
+"""The Run as a typed record: its statuses and their sets, transitions, failure reasons."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Self
+
+from server.errors import IllegalTransitionError
 
 
 class RunStatus(StrEnum):
@@ -20,6 +22,20 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class FailureReason(StrEnum):
+    """Why a run failed: the `errorType` of its `run.failed` event.
+
+    A failure none of these names (a fault nobody foresaw) is reported under its exception
+    class name instead.
+    """
+
+    STEP_LIMIT = "step_limit"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    MODEL_CALL_FAILED = "model_call_failed"
+    TIMEOUT = "timeout"
+    DEAD_LETTER = "dead_letter"
 
 
 S = RunStatus
@@ -46,15 +62,6 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
-
-
-class IllegalTransitionError(ValueError):
-    """A status change the state machine does not allow."""
-
-    def __init__(self, current: RunStatus, target: RunStatus) -> None:
-        super().__init__(f"a run cannot go from {current} to {target}")
-        self.current = current
-        self.target = target
 
 
 def check_transition(current: RunStatus | str, target: RunStatus | str) -> RunStatus:

@@ -1,50 +1,249 @@
-"""Error answers for database faults and idempotency keys, in the API's JSON error shape."""
+"""Every error the server raises on purpose, each carrying its HTTP status and code.
+
+This module imports nothing of ours and no framework, so every layer (and the `agentrt`
+command, which must start fast) can raise these. `server/routes/errors.py` answers them all
+with one handler as `{"error": {"code", "message", ...}}`.
+"""
 
 from __future__ import annotations
 
-import logging
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from psycopg import OperationalError
-from psycopg_pool import PoolTimeout
-
-from server.runs.idempotency import IdempotencyKeyReusedError, InvalidIdempotencyKeyError
-
-log = logging.getLogger(__name__)
-
-# Long enough for a restarted Postgres to take connections again, short enough to feel live.
-RETRY_AFTER_S = 2
+from typing import ClassVar
 
 
-def _error(status: int, code: str, message: str, **extra: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+class AgentrtError(Exception):
+    """An error of ours: the HTTP status and code it is answered with, and its message.
+
+    Attributes:
+        status: The HTTP status of the answer; 5xx errors are answered without their message,
+            which may describe internals.
+        code: The stable machine-readable code of the answer, e.g. `not_found`.
+        retry_after_s: When set, the answer carries `Retry-After` with this many seconds.
+        message: What went wrong and what to do about it, for a person.
+        fields: Members the JSON error carries beside `code` and `message` (e.g. `runId`).
+    """
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    retry_after_s: ClassVar[int | None] = None
+
+    def __init__(self, message: str, **fields: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
 
 
-def install_fault_handlers(app: FastAPI) -> None:
-    """Answer a database outage 503 with `Retry-After`, and idempotency-key misuse 4xx."""
+class StartupError(AgentrtError):
+    """A start-up check failed; the message names the problem and the fix."""
 
-    @app.exception_handler(OperationalError)
-    async def on_database_unavailable(_: Request, exc: OperationalError) -> JSONResponse:
-        # Covers lost connections, a database shutting down or starting, pool timeouts, and
-        # a deadlock that outlived its retries: all are worth retrying as they are.
-        waited = isinstance(exc, PoolTimeout)
-        log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
-        response = _error(
-            503,
-            "database_unavailable",
-            "the database is unavailable or overloaded"
-            + (" (no connection became free in time)" if waited else "")
-            + f"; nothing was lost, retry in {RETRY_AFTER_S} s (with the same Idempotency-Key "
-            "for a message)",
+    code = "startup_failed"
+
+
+class LeaseLostError(AgentrtError):
+    """Another worker took the run over; this one must stop writing for it."""
+
+    code = "lease_lost"
+
+
+class RunTimeoutError(AgentrtError):
+    """The run passed its wall-clock deadline; it fails with the reason `timeout`."""
+
+    code = "timeout"
+
+
+class BadRequestError(AgentrtError):
+    """The request cannot be understood as sent."""
+
+    status = 400
+    code = "bad_request"
+
+
+class UnknownModelError(BadRequestError):
+    """The model id names no provider or model this server can use."""
+
+    code = "unknown_model"
+
+
+class InvalidIdempotencyKeyError(BadRequestError):
+    """The `Idempotency-Key` header value cannot be a key."""
+
+    code = "invalid_idempotency_key"
+
+
+class UnauthorizedError(AgentrtError):
+    """The API key is missing, unknown or revoked."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class ForbiddenError(AgentrtError):
+    """The caller's roles do not allow this."""
+
+    status = 403
+    code = "forbidden"
+
+
+class RunForbiddenError(ForbiddenError):
+    """The caller may not control this run (it is neither its owner nor a tenant admin)."""
+
+
+class ApprovalForbiddenError(ForbiddenError):
+    """The caller may not see or decide approvals (needs the reviewer role)."""
+
+
+class NotFoundError(AgentrtError):
+    """No such resource for the caller's tenant."""
+
+    status = 404
+    code = "not_found"
+
+
+class RunNotFoundError(NotFoundError):
+    """The run does not exist (or belongs to another tenant)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+class ConversationNotFoundError(NotFoundError):
+    """No such conversation for this tenant."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"conversation {conversation_id} not found")
+        self.conversation_id = conversation_id
+
+
+class ApprovalNotFoundError(NotFoundError):
+    """No such approval in the caller's tenant."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id} not found")
+        self.approval_id = approval_id
+
+
+class ConflictError(AgentrtError):
+    """The request conflicts with the resource's state."""
+
+    status = 409
+    code = "conflict"
+
+
+class RunFinishedError(ConflictError):
+    """The run already reached a terminal status; nothing more may be appended."""
+
+    code = "run_finished"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is already {status}", runStatus=status)
+        self.run_status = status
+
+
+class IllegalTransitionError(ConflictError):
+    """A status change the run state machine does not allow."""
+
+    code = "illegal_transition"
+
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__(f"a run cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+class ConversationBusyError(ConflictError):
+    """The conversation has a run in progress and the policy is `reject`."""
+
+    code = "conversation_busy"
+
+    def __init__(self, conversation_id: str, run_id: str, status: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id} has run {run_id} in progress ({status}); wait for "
+            "it, cancel it, or send again with ifBusy 'enqueue' or 'interrupt'",
+            runId=run_id,
         )
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
-        return response
+        self.run_id = run_id
 
-    @app.exception_handler(InvalidIdempotencyKeyError)
-    async def on_bad_key(_: Request, exc: InvalidIdempotencyKeyError) -> JSONResponse:
-        return _error(400, "invalid_idempotency_key", str(exc))
 
-    @app.exception_handler(IdempotencyKeyReusedError)
-    async def on_key_reused(_: Request, exc: IdempotencyKeyReusedError) -> JSONResponse:
-        return _error(422, "idempotency_key_reused", str(exc), runId=exc.run_id)
+class RunNotPausedError(ConflictError):
+    """Resume was asked of a run that is not paused."""
+
+    code = "not_paused"
+
+    def __init__(self, run_id: str, status: str, pause_requested: bool) -> None:
+        if pause_requested:
+            message = (
+                f"run {run_id} is still {status}: its pause takes effect at its next step, "
+                "so resume it once its status is paused"
+            )
+        else:
+            message = f"run {run_id} is {status}, not paused: only a paused run can be resumed"
+        super().__init__(message, runStatus=status)
+
+
+class ApprovalDecidedError(ConflictError):
+    """The approval was already decided (or expired, or its run was cancelled)."""
+
+    code = "already_decided"
+
+    def __init__(self, approval_id: str, status: str) -> None:
+        super().__init__(f"approval {approval_id} is already {status}", approvalStatus=status)
+
+
+class InvalidRequestError(AgentrtError):
+    """The request is well formed but its content is refused; the message says why."""
+
+    status = 422
+    code = "invalid_request"
+
+
+class IdempotencyKeyReusedError(InvalidRequestError):
+    """The key was already used for a request with a different body."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for a different request (it created run "
+            f"{run_id}); send a new key for a new message, or the same body to retry",
+            runId=run_id,
+        )
+        self.run_id = run_id
+
+
+class BadCursorError(InvalidRequestError):
+    """The cursor is not one this listing returned (or its row is gone)."""
+
+    code = "invalid_cursor"
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(
+            f"cursor {cursor!r} is not a cursor this listing returned; pass the 'nextCursor' "
+            "of the previous page, or leave it out for the first page"
+        )
+
+
+class ToolConfigError(InvalidRequestError):
+    """A tenant tool config the API refuses (the message says why)."""
+
+    code = "invalid_tool_config"
+
+
+class TooLargeError(AgentrtError):
+    """The request body, or a part of it, is over its size limit."""
+
+    status = 413
+    code = "too_large"
+
+
+class TooManyRunsError(AgentrtError):
+    """The user has as many runs in progress as the limit allows (policy `reject`)."""
+
+    status = 429
+    code = "too_many_runs"
+    retry_after_s = 5
+
+    def __init__(self, limit: int, count: int) -> None:
+        super().__init__(
+            f"you have {count} runs queued or running; the limit is {limit}. Wait for one to "
+            "finish or cancel one"
+        )

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from server.client.errors import StartupError
+from server.errors import StartupError
 
 log = logging.getLogger("agentrt")
 

@@ -3,9 +3,5 @@
 from __future__ import annotations
 
 
-class StartupError(Exception):
-    """A start-up check failed; the message names the problem and the fix."""
-
-
 class ClientError(Exception):
     """A request failed; the message is what to tell the person at the terminal."""

@@ -22,7 +22,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
 
-from server.events.log import LeaseLostError
+from server.errors import LeaseLostError
 
 FENCE_RUN = "agentrt_run_id"
 FENCE_GENERATION = "agentrt_lease_generation"

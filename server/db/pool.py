@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 # Any constant works; it only has to be the same in every process that migrates.
 _MIGRATION_LOCK = 7_262_616_001
 
-Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+# A connection whose rows are dicts, as every query of ours reads them.
+Conn = AsyncConnection[dict[str, Any]]
+Pool = AsyncConnectionPool[Conn]
 T = TypeVar("T")
 _DEADLOCK_TRIES = 5
 
@@ -159,3 +161,9 @@ async def retry_deadlocks(attempt: Callable[[], Awaitable[T]]) -> T:
             # Jittered, so that the transactions that collided do not collide again in step.
             await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
     raise AssertionError("unreachable")
+
+
+async def ping(pool: Pool, timeout_s: float) -> None:
+    """Return once the database answers a query; raise if it does not within `timeout_s`."""
+    async with pool.connection(timeout=timeout_s) as conn:
+        await conn.execute("SELECT 1")

@@ -13,32 +13,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
+from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
 from server.usage.ledger import USAGE_EVENT, store_model_calls
 
 EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
 RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
-Conn = AsyncConnection[dict[str, Any]]
-
-
-class RunNotFoundError(LookupError):
-    """The run does not exist (or belongs to another tenant)."""
-
-
-class RunFinishedError(RuntimeError):
-    """The run already reached a terminal status; nothing more may be appended."""
-
-    def __init__(self, run_id: str, status: str) -> None:
-        super().__init__(f"run {run_id} is already {status}")
-        self.status = status
-
-
-class LeaseLostError(RuntimeError):
-    """Another worker took the run over; this one must stop writing for it."""
 
 
 @dataclass

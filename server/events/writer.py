@@ -9,15 +9,9 @@ from typing import Any
 
 import psycopg
 
-from server.db.pool import Pool
-from server.events.log import (
-    Conn,
-    LeaseLostError,
-    NewEvent,
-    RunHead,
-    append_events,
-    load_head,
-)
+from server.db.pool import Conn, Pool
+from server.errors import LeaseLostError
+from server.events.log import NewEvent, RunHead, append_events, load_head
 
 log = logging.getLogger(__name__)
 

@@ -184,6 +184,20 @@ class Metrics:
         self.expired_leases.set(queue["expired"] or 0)
         self.workers.set(workers["n"])
 
+    async def scrape(self, pool: Pool, tenant: str | None, circuits: list[dict[str, Any]]) -> bytes:
+        """Return the metrics in Prometheus text format, with the gauges read fresh.
+
+        Args:
+            pool: The pool the run and queue gauges are read with.
+            tenant: Only this tenant's series; None for every series.
+            circuits: The circuit breakers' states, shown to the installation only.
+        """
+        if tenant is not None:
+            return await self.render_tenant(pool, tenant)
+        await self.refresh(pool)
+        self.set_breakers(circuits)
+        return self.render()
+
     def render(self) -> bytes:
         """The registry in Prometheus text format."""
         return bytes(generate_latest(self.registry))

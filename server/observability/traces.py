@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from server.db.pool import Conn
 from server.domain import Run, RunStatus
-from server.events.log import Conn
 from server.observability.tracing import hex_trace_id, run_root_span_id
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from server.auth import CurrentPrincipal, Principal
+from server.deps import ModelsDep, PoolDep, PrincipalDep, ServiceDep, SettingsDep
+from server.errors import InvalidRequestError, TooLargeError
 from server.routes.guards import CleanText, is_blank, metadata_problem
 from server.routes.schemas import (
     BODY_ERRORS,
@@ -24,9 +25,8 @@ from server.runs.conversations import create_conversation, get_conversation, lis
 from server.runs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from server.runs.idempotency import idempotency_key
 from server.runs.pages import conversations_page, runs_page
-from server.runs.records import NewRun, accept_message
+from server.runs.service import NewMessage
 from server.runs.views import conversation_view, message_view, run_view
-from server.usage.routing import pick_model
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], responses=COMMON_ERRORS)
 
@@ -84,41 +84,41 @@ class MessageIn(BaseModel):
     responses=BODY_ERRORS,
 )
 async def post_conversation(
-    request: Request,
+    pool: PoolDep,
+    settings: SettingsDep,
+    models: ModelsDep,
+    who: PrincipalDep,
     body: Annotated[ConversationIn | None, CleanText, Body()] = None,
-    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Create a conversation (a LangGraph thread)."""
     body = body or ConversationIn()
-    problem = metadata_problem(body.metadata, request.app.state.settings.max_metadata_bytes)
+    problem = metadata_problem(body.metadata, settings.max_metadata_bytes)
     if problem is not None:
-        raise HTTPException(422, problem)
+        raise InvalidRequestError(problem)
     if body.model is not None:
-        request.app.state.models.validate(body.model)
-    row = await create_conversation(
-        request.app.state.pool, who, body.title, body.model, body.metadata
-    )
+        models.validate(body.model)
+    row = await create_conversation(pool, who, body.title, body.model, body.metadata)
     return conversation_view(row)
 
 
 @router.get("", response_model=ConversationPage)
 async def get_conversations(
-    request: Request,
+    pool: PoolDep,
+    who: PrincipalDep,
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
-    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """List the tenant's conversations, newest first, a page at a time."""
-    rows, next_cursor = await conversations_page(request.app.state.pool, who, cursor, limit)
+    rows, next_cursor = await conversations_page(pool, who, cursor, limit)
     return {"conversations": [conversation_view(r) for r in rows], "nextCursor": next_cursor}
 
 
 @router.get("/{conversation_id}", response_model=Conversation, responses=errors(404))
 async def get_conversation_route(
-    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+    conversation_id: str, pool: PoolDep, who: PrincipalDep
 ) -> dict[str, Any]:
     """Return one conversation."""
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         return conversation_view(await get_conversation(conn, who, conversation_id))
 
 
@@ -129,11 +129,12 @@ async def get_conversation_route(
     responses={**BODY_ERRORS, **errors(404, 409, 429)},
 )
 async def post_message(
-    request: Request,
     response: Response,
     conversation_id: str,
     body: Annotated[MessageIn, CleanText],
-    who: Principal = CurrentPrincipal,
+    settings: SettingsDep,
+    service: ServiceDep,
+    who: PrincipalDep,
     key: Annotated[
         str | None,
         Header(
@@ -145,68 +146,47 @@ async def post_message(
     ] = None,
 ) -> dict[str, Any]:
     """Store a user message and queue a run for it; answers at once."""
-    settings = request.app.state.settings
     if is_blank(body.content):
-        raise HTTPException(
-            422, "content must not be empty (it has only spaces or invisible characters)"
+        raise InvalidRequestError(
+            "content must not be empty (it has only spaces or invisible characters)"
         )
     if len(body.content) > settings.max_message_chars:
-        raise HTTPException(
-            413,
+        raise TooLargeError(
             f"content has {len(body.content)} characters; the limit is "
             f"{settings.max_message_chars} (AGENTRT_MAX_MESSAGE_CHARS)",
         )
-    idempotency = idempotency_key(key, body.model_dump(by_alias=True, mode="json"))
-    pool = request.app.state.pool
-    async with pool.connection() as conn:
-        conversation = await get_conversation(conn, who, conversation_id)
-    pick = pick_model(
-        requested=body.model,
-        conversation_model=conversation["model"],
-        text=body.content,
+    message = NewMessage(
+        conversation_id=conversation_id,
+        content=body.content,
+        model=body.model,
+        options=body.options.model_dump(by_alias=True, exclude_none=True, mode="json"),
         needs=body.options.needs or [],
-        rules=settings.model_routes,
-        default=settings.default_model,
+        if_busy=body.if_busy,
+        idempotency=idempotency_key(key, body.model_dump(by_alias=True, mode="json")),
     )
-    model = request.app.state.models.validate(pick.model_id)
-    options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
-    limits = settings.tenant_limits.get(who.tenant_id, {})
-    user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
-    new = NewRun(
-        conversation_id,
-        body.content,
-        model,
-        options,
-        if_busy=body.if_busy or settings.conversation_busy_policy,
-        user_limit=user_limit if settings.limit_policy == "reject" else None,
-        model_source=pick.source,
-    )
-    accepted, replayed = await accept_message(pool, who, new, idempotency)
+    accepted, replayed = await service.post_message(who, message)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    else:
-        request.app.state.runtime.metrics.events_written.inc()  # run.created
     return accepted
 
 
 @router.get("/{conversation_id}/runs", response_model=RunPage, responses=errors(404))
 async def get_conversation_runs(
-    request: Request,
     conversation_id: str,
+    pool: PoolDep,
+    who: PrincipalDep,
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
-    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """List the conversation's runs, newest first, a page at a time."""
-    pool = request.app.state.pool
     rows, next_cursor = await runs_page(pool, who, conversation_id, cursor, limit)
     return {"runs": [run_view(r) for r in rows], "nextCursor": next_cursor}
 
 
 @router.get("/{conversation_id}/messages", response_model=MessageList, responses=errors(404))
 async def get_conversation_messages(
-    request: Request, conversation_id: str, who: Principal = CurrentPrincipal
+    conversation_id: str, pool: PoolDep, who: PrincipalDep
 ) -> dict[str, Any]:
     """List the conversation's stored messages in order."""
-    rows = await list_messages(request.app.state.pool, who, conversation_id)
+    rows = await list_messages(pool, who, conversation_id)
     return {"messages": [message_view(r) for r in rows]}

@@ -15,8 +15,10 @@ from urllib.parse import unquote_to_bytes
 from pydantic import BeforeValidator
 from starlette.datastructures import Headers
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from server.errors import AgentrtError, InvalidRequestError, NotFoundError, TooLargeError
+from server.routes.errors import answer
 
 MAX_METADATA_DEPTH = 8
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
@@ -87,10 +89,6 @@ def metadata_problem(metadata: dict[str, Any], max_bytes: int) -> str | None:
     return None
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
-
-
 class RequestGuard:
     """Refuse, before the body is read, requests no route could serve.
 
@@ -112,18 +110,18 @@ class RequestGuard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            await refusal(scope, receive, send)
+            await answer(refusal)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> JSONResponse | None:
+    def _refusal(self, scope: Scope) -> AgentrtError | None:
         length = Headers(scope=scope).get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
-            return _error(413, "too_large", self.too_large_message(int(length)))
+            return TooLargeError(self.too_large_message(int(length)))
         if "\x00" in scope["path"]:
-            return _error(404, "not_found", "no such resource: the path contains a NUL character")
+            return NotFoundError("no such resource: the path contains a NUL character")
         if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-            return _error(422, "invalid_request", "the query string contains a NUL character (%00)")
+            return InvalidRequestError("the query string contains a NUL character (%00)")
         return None
 
     def too_large_message(self, size: int | None = None) -> str:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from server.auth import CurrentPrincipal, Principal
+from server.deps import (
+    FeedsDep,
+    MetricsDep,
+    NotifierDep,
+    PoolDep,
+    PrincipalDep,
+    ServiceDep,
+    SettingsDep,
+    StoppingDep,
+)
 from server.domain import RunStatus
+from server.errors import BadRequestError
 from server.events.snapshot import output_text
 from server.events.sse import event_stream
 from server.routes.schemas import (
@@ -23,7 +33,7 @@ from server.routes.schemas import (
 )
 from server.runs.pages import runs_page
 from server.runs.pausing import request_pause, request_resume
-from server.runs.records import get_run, request_cancel
+from server.runs.records import get_run
 from server.runs.views import run_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -51,31 +61,27 @@ class EventStreamResponse(StreamingResponse):
 
 @router.get("", response_model=RunPage)
 async def get_runs(
-    request: Request,
+    pool: PoolDep,
+    who: PrincipalDep,
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, description="The `nextCursor` of the previous page."),
-    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """List the tenant's runs, newest first, a page at a time."""
-    rows, next_cursor = await runs_page(request.app.state.pool, who, None, cursor, limit)
+    rows, next_cursor = await runs_page(pool, who, None, cursor, limit)
     return {"runs": [run_view(r) for r in rows], "nextCursor": next_cursor}
 
 
 @router.get("/{run_id}", response_model=Run, responses=errors(404))
-async def get_run_route(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
-) -> dict[str, Any]:
+async def get_run_route(run_id: str, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """Return the run record."""
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         return run_view(await get_run(conn, who, run_id))
 
 
 @router.get("/{run_id}/snapshot", response_model=Snapshot, responses=errors(404))
-async def get_snapshot(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
-) -> dict[str, Any]:
+async def get_snapshot(run_id: str, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """Return what the run looks like now, as of `lastEventId`."""
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         run = await get_run(conn, who, run_id)
     snap = run.snapshot
     return {**snap, "status": run.status.value, "output": output_text(snap)}
@@ -89,7 +95,7 @@ def _cursor(request: Request, after: int | None) -> int:
         return 0
     # isdigit() alone admits non-ASCII digits such as '²', which int() refuses.
     if not (header.isascii() and header.isdigit()):
-        raise HTTPException(400, f"Last-Event-ID must be an event seq (an integer), got {header!r}")
+        raise BadRequestError(f"Last-Event-ID must be an event seq (an integer), got {header!r}")
     return int(header)
 
 
@@ -107,24 +113,29 @@ def _cursor(request: Request, after: int | None) -> int:
 async def get_events(
     request: Request,
     run_id: str,
+    pool: PoolDep,
+    notifier: NotifierDep,
+    feeds: FeedsDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    stopping: StoppingDep,
+    who: PrincipalDep,
     after: int | None = Query(None, ge=0, description="Replay events with seq > after."),
-    who: Principal = CurrentPrincipal,
 ) -> StreamingResponse:
     """Stream the run's events as SSE: replay after the cursor, then live, until the end."""
     cursor = _cursor(request, after)
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         await get_run(conn, who, run_id)
-    settings = request.app.state.settings
     stream = event_stream(
-        request.app.state.pool,
-        request.app.state.notifier,
-        request.app.state.feeds,
+        pool,
+        notifier,
+        feeds,
         run_id,
         cursor,
         heartbeat_s=settings.sse_heartbeat_s,
         page=settings.sse_replay_page,
-        connections=request.app.state.runtime.metrics.sse_connections,
-        stop=request.app.state.runtime.stopping,
+        connections=metrics.sse_connections,
+        stop=stopping,
     )
     return EventStreamResponse(
         stream,
@@ -135,37 +146,29 @@ async def get_events(
 @router.post(
     "/{run_id}/cancel", status_code=202, response_model=CancelledRun, responses=errors(404, 409)
 )
-async def cancel_run(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
-) -> dict[str, Any]:
+async def cancel_run(run_id: str, service: ServiceDep, who: PrincipalDep) -> dict[str, Any]:
     """Cancel the run: at once if queued or waiting, else at the worker's next safe point."""
-    run = await request_cancel(request.app.state.pool, who, run_id)
+    run = await service.cancel(who, run_id)
     view = run_view(run)
     view["cancelled"] = run.status == RunStatus.CANCELLED
-    if view["cancelled"]:
-        request.app.state.runtime.metrics.events_written.inc()  # run.cancelled, stored here
     return view
 
 
 @router.post(
     "/{run_id}/pause", status_code=202, response_model=PausedRun, responses=errors(403, 404, 409)
 )
-async def pause_run(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
-) -> dict[str, Any]:
+async def pause_run(run_id: str, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """Pause the run: at once if queued or waiting, else at the worker's next step boundary.
 
     Only the run's owner or a tenant admin may pause it. `paused` says whether it took effect.
     """
-    run = await request_pause(request.app.state.pool, who, run_id)
+    run = await request_pause(pool, who, run_id)
     view = run_view(run)
     view["paused"] = run.status == RunStatus.PAUSED
     return view
 
 
 @router.post("/{run_id}/resume", response_model=Run, responses=errors(403, 404, 409))
-async def resume_run(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
-) -> dict[str, Any]:
+async def resume_run(run_id: str, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """Resume a paused run from its last checkpoint (queued, or waiting_user for approvals)."""
-    return run_view(await request_resume(request.app.state.pool, who, run_id))
+    return run_view(await request_resume(pool, who, run_id))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter
 
-from server.auth import CurrentPrincipal, Principal
+from server.auth import Principal
+from server.deps import PoolDep, PrincipalDep, SettingsDep, ToolsDep
+from server.errors import ForbiddenError
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, ToolConfigView, ToolList, errors
 from server.runs.toolbox import check_overlay, load_overlay, principal_toolbox, store_overlay
@@ -18,7 +20,7 @@ router = APIRouter(prefix="/api/tools", tags=["tools"], responses=COMMON_ERRORS)
 
 def _require_admin(who: Principal) -> None:
     if not who.has_role("admin"):
-        raise HTTPException(403, "the tenant's tool configuration needs the admin role")
+        raise ForbiddenError("the tenant's tool configuration needs the admin role")
 
 
 def _hide_secrets(config: dict[str, Any]) -> dict[str, Any]:
@@ -30,9 +32,9 @@ def _hide_secrets(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.get("", response_model=ToolList)
-async def get_tools(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+async def get_tools(tools_: ToolsDep, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """List the tenant's tools: policy, whether the caller's runs may call them, schemas."""
-    toolbox = await principal_toolbox(request.app.state.tools, request.app.state.pool, who)
+    toolbox = await principal_toolbox(tools_, pool, who)
     tools = []
     for name, spec in sorted(toolbox.specs.items()):
         tools.append(
@@ -60,12 +62,12 @@ async def get_tools(request: Request, who: Principal = CurrentPrincipal) -> dict
 
 
 @router.get("/config", response_model=ToolConfigView, responses=errors(403))
-async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+async def get_tool_config(tools: ToolsDep, pool: PoolDep, who: PrincipalDep) -> dict[str, Any]:
     """Return the tenant's stored overlay and the effective config (secrets hidden)."""
     _require_admin(who)
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         overlay = await load_overlay(conn, who.tenant_id)
-    effective = request.app.state.tools.resolve(who.tenant_id, overlay).raw
+    effective = tools.resolve(who.tenant_id, overlay).raw
     return {
         "overlay": _hide_secrets(overlay.model_dump(mode="json", exclude_unset=True))
         if overlay
@@ -76,12 +78,14 @@ async def get_tool_config(request: Request, who: Principal = CurrentPrincipal) -
 
 @router.put("/config", response_model=ToolConfigView, responses={**BODY_ERRORS, **errors(403)})
 async def put_tool_config(
-    request: Request,
     body: Annotated[TenantToolConfig, CleanText],
-    who: Principal = CurrentPrincipal,
+    settings: SettingsDep,
+    tools: ToolsDep,
+    pool: PoolDep,
+    who: PrincipalDep,
 ) -> dict[str, Any]:
     """Replace the tenant's overlay on the operator's tool config (tenant admins only)."""
     _require_admin(who)
-    check_overlay(body, request.app.state.settings.mcp_api_allowed_hosts)
-    await store_overlay(request.app.state.pool, who, body)
-    return await get_tool_config(request, who)
+    check_overlay(body, settings.mcp_api_allowed_hosts)
+    await store_overlay(pool, who, body)
+    return await get_tool_config(tools, pool, who)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query
 
-from server.auth import CurrentPrincipal, Principal
+from server.deps import ModelsDep, PoolDep, PrincipalDep, SettingsDep
+from server.errors import ForbiddenError, InvalidRequestError
 from server.routes.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
-from server.runs.attempt import run_budget
 from server.runs.records import get_run
+from server.usage.budgets import run_budget
 from server.usage.ledger import GroupBy, daily_usage, run_calls
 
 router = APIRouter(tags=["usage"], responses=COMMON_ERRORS)
@@ -20,29 +21,29 @@ MAX_DAYS = 366
 
 @router.get("/api/runs/{run_id}/usage", response_model=RunUsage, responses=errors(404))
 async def get_run_usage(
-    request: Request, run_id: str, who: Principal = CurrentPrincipal
+    run_id: str, pool: PoolDep, settings: SettingsDep, who: PrincipalDep
 ) -> dict[str, Any]:
     """Return the run's totals, budget and one row per model call (every attempt)."""
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         run = await get_run(conn, who, run_id)
         calls = await run_calls(conn, run_id)
     return {
         "runId": run_id,
         "status": run.status.value,
         "totals": run.usage,
-        "budget": run_budget(run.options, request.app.state.settings).to_json(),
+        "budget": run_budget(run.options, settings).to_json(),
         "calls": calls,
     }
 
 
 @router.get("/api/usage", response_model=UsageReport, responses=errors(403))
 async def get_usage(
-    request: Request,
+    pool: PoolDep,
+    who: PrincipalDep,
     start: Annotated[date | None, Query(alias="from", description="First UTC day.")] = None,
     end: Annotated[date | None, Query(alias="to", description="Last UTC day, included.")] = None,
     group_by: Annotated[GroupBy, Query(alias="groupBy")] = "tenant",
     user_id: Annotated[str | None, Query(alias="userId")] = None,
-    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Aggregate the tenant's model usage and cost per UTC day, for the tenant or per user.
 
@@ -52,14 +53,14 @@ async def get_usage(
     end = end or datetime.now(UTC).date()
     start = start or end - timedelta(days=29)
     if start > end:
-        raise HTTPException(422, f"'from' ({start}) is after 'to' ({end})")
+        raise InvalidRequestError(f"'from' ({start}) is after 'to' ({end})")
     if (end - start).days >= MAX_DAYS:
-        raise HTTPException(422, f"at most {MAX_DAYS} days per request")
+        raise InvalidRequestError(f"at most {MAX_DAYS} days per request")
     if not who.has_role("billing"):
         if user_id not in (None, who.user_id):
-            raise HTTPException(403, "only the billing role can see other users' usage")
+            raise ForbiddenError("only the billing role can see other users' usage")
         user_id = who.user_id
-    async with request.app.state.pool.connection() as conn:
+    async with pool.connection() as conn:
         days = await daily_usage(conn, who.tenant_id, start, end, group_by, user_id)
     return {
         "tenantId": who.tenant_id,
@@ -72,15 +73,15 @@ async def get_usage(
 
 
 @router.get("/api/models", response_model=ModelsView)
-async def get_models(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+async def get_models(models: ModelsDep, who: PrincipalDep) -> dict[str, Any]:
     """Say which providers, fallbacks and routing rules this server has (never keys)."""
-    return dict(request.app.state.models.describe())
+    return dict(models.describe())
 
 
 @router.get("/api/models/circuits", response_model=Circuits)
-async def get_circuits(request: Request, who: Principal = CurrentPrincipal) -> dict[str, Any]:
+async def get_circuits(models: ModelsDep, who: PrincipalDep) -> dict[str, Any]:
     """Return the circuit breaker of every model this process has called."""
-    breakers = request.app.state.models.breakers
+    breakers = models.breakers
     return {
         "threshold": breakers.threshold,
         "cooldownS": breakers.cooldown_s,

@@ -18,9 +18,10 @@ from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import Run
-from server.events.log import Conn, NewEvent, RunHead, append_events
+from server.errors import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
+from server.events.log import NewEvent, RunHead, append_events
 from server.events.writer import EventWriter
 from server.runs.records import get_run
 from tools.validation import redact
@@ -33,22 +34,6 @@ DECISION_BY_STATUS = {
     "expired": "reject",
     "cancelled": "reject",
 }
-
-
-class ApprovalNotFoundError(LookupError):
-    """No such approval in the caller's tenant."""
-
-
-class ApprovalForbiddenError(PermissionError):
-    """The caller may not decide approvals (needs the reviewer role)."""
-
-
-class ApprovalDecidedError(RuntimeError):
-    """The approval was already decided (or expired, or its run was cancelled)."""
-
-    def __init__(self, approval_id: str, status: str) -> None:
-        super().__init__(f"approval {approval_id} is already {status}")
-        self.status = status
 
 
 def approval_id(run_id: str, interrupt_id: str, tool_call_id: str) -> str:

@@ -11,31 +11,30 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import psycopg
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained, GraphRecursionError
+from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Interrupt, StateSnapshot
 
 from graphs.context import RunContext
-from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
-from nodes.models.usage import Budget
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
-from server.events.log import LeaseLostError, RunFinishedError
+from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, Emit, StreamProjector
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.approvals import resume_command
+from server.runs.failures import describe_failure
 from server.runs.records import Claim
 from server.runs.toolbox import run_toolbox
 from server.settings import Settings
+from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -78,42 +77,6 @@ class Outcome:
     kind: str  # completed | failed | cancelled | requeued | paused | suspended | abandoned
     data: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False  # the task was cancelled; re-raise after storing
-
-
-class RunTimeoutError(TimeoutError):
-    """The run passed its wall-clock deadline."""
-
-
-def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
-    """Name why a run failed: (error type, message a person can act on, details).
-
-    A failed model call details its error class, provider, model, attempts and last status
-    code; an exhausted budget names the limit, what it allowed and what was used.
-    """
-    if isinstance(exc, StepLimitError):
-        return exc.reason, str(exc), {}
-    if isinstance(exc, ModelCallFailedError | BudgetExceededError):
-        return exc.reason, str(exc), dict(exc.details)
-    if isinstance(exc, GraphRecursionError):
-        return "step_limit", "the graph exceeded its recursion limit without finishing", {}
-    if isinstance(exc, RunTimeoutError):
-        return "timeout", str(exc), {}
-    return type(exc).__name__, str(exc) or repr(exc), {}
-
-
-def _tightest(*values: Any) -> Any:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
-
-
-def run_budget(options: dict[str, Any], settings: Settings) -> Budget:
-    """Return the run's budget: its options may lower the settings' limits, never raise them."""
-    cost = options.get("maxCost")
-    return Budget(
-        max_tokens=_tightest(options.get("maxTokens"), settings.budget_max_tokens),
-        max_cost=_tightest(None if cost is None else Decimal(str(cost)), settings.budget_max_cost),
-        max_model_calls=_tightest(options.get("maxModelCalls"), settings.budget_max_model_calls),
-    )
 
 
 def close_unanswered_calls(messages: list[BaseMessage]) -> list[ToolMessage]:
@@ -207,8 +170,7 @@ class Attempt:
             if isinstance(exc, TimeoutError) and deadline.expired():
                 exc = self._timed_out()
             self.projector.close_open_items("interrupted", "run failed")
-            error_type, message, details = classify_failure(exc)
-            return Outcome("failed", {"errorType": error_type, "message": message, **details})
+            return Outcome("failed", describe_failure(exc))
         if interrupts:
             return Outcome("suspended", {"interrupts": interrupts})
         return Outcome("completed")

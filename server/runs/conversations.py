@@ -7,13 +7,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool
-from server.events.log import Conn
+from server.db.pool import Conn, Pool
+from server.errors import ConversationNotFoundError
 from server.ids import new_id
-
-
-class ConversationNotFoundError(LookupError):
-    """No such conversation for this tenant."""
 
 
 async def create_conversation(

@@ -13,8 +13,10 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
+from server.db.pool import Conn
 from server.domain import Run
-from server.events.log import Conn, LeaseLostError, RunFinishedError, RunHead
+from server.errors import LeaseLostError, RunFinishedError
+from server.events.log import RunHead
 from server.events.projection import StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter

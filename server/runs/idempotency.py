@@ -9,25 +9,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from server.events.log import Conn
+from server.db.pool import Conn
+from server.errors import IdempotencyKeyReusedError, InvalidIdempotencyKeyError
 
 HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255
-
-
-class IdempotencyKeyReusedError(ValueError):
-    """The key was already used for a request with a different body."""
-
-    def __init__(self, key: str, run_id: str) -> None:
-        super().__init__(
-            f"Idempotency-Key {key!r} was already used for a different request (it created run "
-            f"{run_id}); send a new key for a new message, or the same body to retry"
-        )
-        self.run_id = run_id
-
-
-class InvalidIdempotencyKeyError(ValueError):
-    """The header value cannot be a key."""
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,8 @@ from typing import Any
 from server.auth import Principal
 from server.db.pool import Pool
 from server.domain import Run
+from server.errors import BadCursorError
 from server.runs.conversations import get_conversation
-
-
-class BadCursorError(ValueError):
-    """The cursor is not one this listing returned (or its row is gone)."""
-
-    def __init__(self, cursor: str) -> None:
-        super().__init__(
-            f"cursor {cursor!r} is not a cursor this listing returned; pass the 'nextCursor' "
-            "of the previous page, or leave it out for the first page"
-        )
 
 
 async def _page(

@@ -11,29 +11,11 @@ deadline back by the time it spent paused.
 from __future__ import annotations
 
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus, can_pause
-from server.events.log import Conn, NewEvent, RunFinishedError, append_events
+from server.errors import RunFinishedError, RunForbiddenError, RunNotPausedError
+from server.events.log import NewEvent, append_events
 from server.runs.records import get_run, mark_paused, request_pause_flag, unpause
-
-
-class RunForbiddenError(PermissionError):
-    """The caller may not control this run (it is neither its owner nor a tenant admin)."""
-
-
-class RunNotPausedError(RuntimeError):
-    """Resume was asked of a run that is not paused."""
-
-    def __init__(self, run_id: str, status: str, pause_requested: bool) -> None:
-        if pause_requested:
-            message = (
-                f"run {run_id} is still {status}: its pause takes effect at its next step, "
-                "so resume it once its status is paused"
-            )
-        else:
-            message = f"run {run_id} is {status}, not paused: only a paused run can be resumed"
-        super().__init__(message)
-        self.status = status
 
 
 async def _lock_run(conn: Conn, who: Principal, run_id: str) -> Run:

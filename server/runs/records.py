@@ -14,18 +14,15 @@ from typing import Any, TypeVar
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool, retry_deadlocks
+from server.db.pool import Conn, Pool, retry_deadlocks
 from server.domain import ACTIVE, COUNTED, IN_PROGRESS, Run, RunStatus, status_in
-from server.events.log import (
-    Conn,
-    NewEvent,
+from server.errors import (
+    ConversationBusyError,
     RunFinishedError,
-    RunHead,
     RunNotFoundError,
-    append_events,
-    head_of,
-    new_head,
+    TooManyRunsError,
 )
+from server.events.log import NewEvent, RunHead, append_events, head_of, new_head
 from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.ids import new_id
 from server.runs.conversations import get_conversation
@@ -33,27 +30,6 @@ from server.runs.idempotency import IdempotencyKey, find_response, remember_resp
 from server.runs.views import accepted_view
 
 T = TypeVar("T")
-
-
-class ConversationBusyError(RuntimeError):
-    """The conversation has a run in progress and the policy is `reject`."""
-
-    def __init__(self, conversation_id: str, run_id: str, status: str) -> None:
-        super().__init__(
-            f"conversation {conversation_id} has run {run_id} in progress ({status}); wait for "
-            "it, cancel it, or send again with ifBusy 'enqueue' or 'interrupt'"
-        )
-        self.run_id = run_id
-
-
-class TooManyRunsError(RuntimeError):
-    """The user has as many runs in progress as the limit allows (policy `reject`)."""
-
-    def __init__(self, limit: int, count: int) -> None:
-        super().__init__(
-            f"you have {count} runs queued or running; the limit is {limit}. Wait for one to "
-            "finish or cancel one"
-        )
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,13 @@ from urllib.parse import urlparse
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import Run
-from server.events.log import Conn
+from server.errors import ToolConfigError
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
-
-
-class ToolConfigError(ValueError):
-    """A tenant tool config the API refuses (the message says why)."""
 
 
 async def load_overlay(conn: Conn, tenant_id: str) -> TenantToolConfig | None:

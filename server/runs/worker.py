@@ -20,7 +20,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from server.db.pool import Pool
-from server.events.log import RUNS_CHANNEL, NewEvent, RunFinishedError, append_events
+from server.domain import FailureReason
+from server.errors import RunFinishedError
+from server.events.log import RUNS_CHANNEL, NewEvent, append_events
 from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
 from server.ids import new_id
 from server.observability.tracing import hex_trace_id
@@ -267,7 +269,7 @@ class Worker:
                     event = NewEvent(
                         "run.failed",
                         {
-                            "errorType": "dead_letter",
+                            "errorType": FailureReason.DEAD_LETTER.value,
                             "message": f"the run lost its worker {recoveries} times; the limit is "
                             f"{self._settings.max_recoveries} (AGENTRT_MAX_RECOVERIES)",
                         },

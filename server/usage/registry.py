@@ -22,16 +22,13 @@ from nodes.models.demo import DemoChatModel
 from nodes.models.litellm_chat import LiteLLMChatModel
 from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
 from nodes.models.usage import Budget, RunTotals, UsageMeter
+from server.errors import UnknownModelError
 from server.settings import Settings
 from server.usage.pricing import Pricer, load_litellm
 
 log = logging.getLogger(__name__)
 
 PROVIDERS = ("demo", "scripted", "openai", "litellm")
-
-
-class UnknownModelError(ValueError):
-    """The model id names no provider or model this server can use."""
 
 
 class ModelRegistry:

@@ -10,7 +10,8 @@ import pytest
 from server.app import create_app
 from server.auth import Principal
 from server.db.pool import Pool
-from server.events.log import LeaseLostError, NewEvent, append_events, load_head, read_events
+from server.errors import LeaseLostError
+from server.events.log import NewEvent, append_events, load_head, read_events
 from server.events.writer import EventWriter
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run

@@ -12,7 +12,7 @@ from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
 from server.auth import Principal
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
-from server.events.log import LeaseLostError
+from server.errors import LeaseLostError
 from server.process import setup_checkpointer
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run

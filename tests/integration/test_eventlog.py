@@ -9,15 +9,8 @@ import pytest
 
 from server.auth import Principal
 from server.db.pool import Pool
-from server.domain import IllegalTransitionError
-from server.events.log import (
-    LeaseLostError,
-    NewEvent,
-    RunFinishedError,
-    append_events,
-    load_head,
-    read_events,
-)
+from server.errors import IllegalTransitionError, LeaseLostError, RunFinishedError
+from server.events.log import NewEvent, append_events, load_head, read_events
 from server.events.snapshot import apply_event, empty_snapshot
 from server.events.writer import EventWriter
 from server.runs.conversations import create_conversation

@@ -36,15 +36,14 @@ SERVER_FORBIDDEN = {
 }
 # The lowest layers: the only server modules each may import (besides its own package).
 SERVER_ALLOWED = {
-    "server.domain": set[str](),
-    "server.db": {"server.domain", "server.settings", "server.ids"},
+    "server.errors": set[str](),
+    "server.domain": {"server.errors"},
+    "server.db": {"server.domain", "server.errors", "server.settings", "server.ids"},
     # The API's rendering of records is pure: it reads typed values, never the database.
     "server.runs.views": {"server.domain"},
 }
-# Imports that break a rule today and need more than a move to fix (issue 11's error taxonomy).
-KNOWN_EXCEPTIONS = {
-    ("server/db/checkpoint.py", "server.events.log"),  # LeaseLostError lives in the event log
-}
+# Imports that break a rule today and need more than a move to fix.
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -122,7 +121,43 @@ def test_graph_state_imports_nothing_of_ours_and_context_only_leaves() -> None:
     assert {m.split(".")[0] for m in context} & ours <= {"tools", "skills"}
 
 
+def test_the_error_taxonomy_imports_only_the_standard_library() -> None:
+    # Every layer and the fast-starting `agentrt` command import it.
+    imported = {m.split(".")[0] for m in imported_modules(ROOT / "server" / "errors.py")}
+    assert imported <= {"__future__", "typing"}
+
+
 def test_init_files_are_empty() -> None:
     for package in ("graphs", "nodes", "tools", "skills", "server"):
         for init in (ROOT / package).rglob("__init__.py"):
             assert init.read_text().strip() == "", init
+
+
+# What a route module may not import: it asks a function of runs/, events/ or usage/ instead.
+ROUTE_BANNED = {
+    "psycopg",
+    "server.observability.metrics",
+    "server.observability.tracing",
+    "server.runs.executor",
+}
+# Support modules of the routes; every other module of server/routes/ is a router.
+ROUTE_SUPPORT = {"server.routes.schemas", "server.routes.guards", "server.routes.errors"}
+
+
+def test_routes_are_thin() -> None:
+    problems = []
+    for path in sorted((ROOT / "server" / "routes").glob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if ".".join(path.relative_to(ROOT).with_suffix("").parts) in ROUTE_SUPPORT:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "app.state" in text:
+            problems.append(f"{name} reads app.state (declare a dependency of server/deps.py)")
+        if ".execute(" in text:
+            problems.append(f"{name} runs SQL")
+        for module in imported_modules(path):
+            if any(within(module, banned) for banned in ROUTE_BANNED):
+                problems.append(f"{name} imports {module}")
+            if within(module, "server.routes") and module not in ROUTE_SUPPORT | {"server.routes"}:
+                problems.append(f"{name} imports the router {module}")
+    assert problems == []

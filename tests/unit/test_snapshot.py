@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from server.domain import IllegalTransitionError
+from server.errors import IllegalTransitionError
 from server.events.snapshot import apply_event, empty_snapshot, output_text, streaming_item_ids
 
 

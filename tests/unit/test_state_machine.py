@@ -6,14 +6,8 @@ import itertools
 
 import pytest
 
-from server.domain import (
-    TERMINAL,
-    TRANSITIONS,
-    IllegalTransitionError,
-    RunStatus,
-    can_pause,
-    check_transition,
-)
+from server.domain import TERMINAL, TRANSITIONS, RunStatus, can_pause, check_transition
+from server.errors import IllegalTransitionError
 
 
 @pytest.mark.parametrize(

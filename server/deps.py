@@ -1,0 +1,110 @@
+"""What routes may ask for: the process's parts and the caller, as `Annotated` dependencies.
+
+This is the one reader of `app.state` besides the app that fills it, so a route names what
+it needs in its signature (`pool: PoolDep`) and tests can see it there. The getters are
+`async def` although they never wait: FastAPI runs a plain `def` dependency on a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from server.auth import Principal, presented_key, principal_of
+from server.db.pool import Pool
+from server.events.notify import Notifier
+from server.events.sse import Feeds
+from server.observability.metrics import Metrics
+from server.observability.tracing import Tracing
+from server.runs.service import RunService
+from server.settings import Settings
+from server.usage.registry import ModelRegistry
+from tools.registry import ToolRegistry
+
+
+async def get_settings(request: Request) -> Settings:
+    """Return the process settings."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_pool(request: Request) -> Pool:
+    """Return the process's connection pool."""
+    pool: Pool = request.app.state.pool
+    return pool
+
+
+async def get_models(request: Request) -> ModelRegistry:
+    """Return the model registry."""
+    models: ModelRegistry = request.app.state.models
+    return models
+
+
+async def get_tools(request: Request) -> ToolRegistry:
+    """Return the tool registry."""
+    tools: ToolRegistry = request.app.state.tools
+    return tools
+
+
+async def get_notifier(request: Request) -> Notifier:
+    """Return the process's LISTEN connection."""
+    notifier: Notifier = request.app.state.notifier
+    return notifier
+
+
+async def get_feeds(request: Request) -> Feeds:
+    """Return the shared live feeds of runs being streamed."""
+    feeds: Feeds = request.app.state.feeds
+    return feeds
+
+
+async def get_metrics(request: Request) -> Metrics:
+    """Return the process's Prometheus metrics."""
+    metrics: Metrics = request.app.state.runtime.metrics
+    return metrics
+
+
+async def get_tracing(request: Request) -> Tracing:
+    """Return the process's tracer and span sink."""
+    tracing: Tracing = request.app.state.runtime.tracing
+    return tracing
+
+
+async def get_stopping(request: Request) -> asyncio.Event:
+    """Return the event set when the process starts to stop (open streams then end)."""
+    stopping: asyncio.Event = request.app.state.runtime.stopping
+    return stopping
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PoolDep = Annotated[Pool, Depends(get_pool)]
+ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
+ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
+NotifierDep = Annotated[Notifier, Depends(get_notifier)]
+FeedsDep = Annotated[Feeds, Depends(get_feeds)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+TracingDep = Annotated[Tracing, Depends(get_tracing)]
+StoppingDep = Annotated[asyncio.Event, Depends(get_stopping)]
+
+
+async def get_principal(request: Request) -> Principal:
+    """Resolve the caller from its API key; 401 when auth is on and the key is not valid."""
+    headers, state = request.headers, request.app.state
+    key = presented_key(headers.get("authorization"), headers.get("x-api-key"))
+    return await principal_of(state.settings, state.pool, key)
+
+
+async def get_service(request: Request) -> RunService:
+    """Return what the API asks of runs, bound to this process's parts."""
+    # One dependency rather than six: each costs its own resolution on every request.
+    state = request.app.state
+    runtime = state.runtime
+    return RunService(
+        state.pool, state.settings, state.models, state.tools, runtime.metrics, runtime.tracing
+    )
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+ServiceDep = Annotated[RunService, Depends(get_service)]

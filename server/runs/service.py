@@ -1,0 +1,181 @@
+"""What the API asks of runs: accept a message, cancel, decide an approval, read a trace.
+
+Each is one call for its route, and counts its events and records its spans here, so routes
+only parse and shape answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.auth import Principal
+from server.db.pool import Pool
+from server.domain import Run, RunStatus
+from server.errors import InvalidRequestError
+from server.observability.metrics import Metrics
+from server.observability.traces import load_trace
+from server.observability.tracing import Tracing
+from server.runs.approvals import decide
+from server.runs.idempotency import IdempotencyKey
+from server.runs.conversations import get_conversation
+from server.runs.records import NewRun, accept_message, get_run, request_cancel
+from server.runs.toolbox import principal_toolbox
+from server.settings import Settings
+from server.usage.registry import ModelRegistry
+from server.usage.routing import pick_model
+from tools.errors import ToolCallError
+from tools.registry import ToolRegistry
+from tools.validation import validate_args
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A user message as the API accepted it, before a model is picked for its run."""
+
+    conversation_id: str
+    content: str
+    model: str | None
+    options: dict[str, Any]
+    needs: list[str]
+    if_busy: str | None
+    idempotency: IdempotencyKey | None
+
+
+@dataclass(frozen=True)
+class RunService:
+    """The runs side of the API, bound to one process's pool, registries and telemetry."""
+
+    pool: Pool
+    settings: Settings
+    models: ModelRegistry
+    tools: ToolRegistry
+    metrics: Metrics
+    tracing: Tracing
+
+    async def post_message(
+        self, who: Principal, message: NewMessage
+    ) -> tuple[dict[str, Any], bool]:
+        """Store a user message and queue a run for it, under the caller's limits.
+
+        Returns:
+            The API's answer, and whether it replays the answer to an earlier request with
+            the same idempotency key (then nothing was created).
+
+        Raises:
+            ConversationNotFoundError: no such conversation for the caller's tenant.
+            UnknownModelError: the model picked names no usable model.
+            ConversationBusyError, TooManyRunsError: refused by the `reject` policies.
+            IdempotencyKeyReusedError: the key was used with a different body.
+        """
+        settings = self.settings
+        async with self.pool.connection() as conn:
+            conversation = await get_conversation(conn, who, message.conversation_id)
+        pick = pick_model(
+            requested=message.model,
+            conversation_model=conversation["model"],
+            text=message.content,
+            needs=message.needs,
+            rules=settings.model_routes,
+            default=settings.default_model,
+        )
+        model = self.models.validate(pick.model_id)
+        limits = settings.tenant_limits.get(who.tenant_id, {})
+        user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
+        new = NewRun(
+            message.conversation_id,
+            message.content,
+            model,
+            message.options,
+            if_busy=message.if_busy or settings.conversation_busy_policy,
+            user_limit=user_limit if settings.limit_policy == "reject" else None,
+            model_source=pick.source,
+        )
+        accepted, replayed = await accept_message(self.pool, who, new, message.idempotency)
+        if not replayed:
+            self.metrics.events_written.inc()  # run.created
+        return accepted, replayed
+
+    async def cancel(self, who: Principal, run_id: str) -> Run:
+        """Cancel the run: at once if queued or waiting, else at the worker's next safe point.
+
+        Returns:
+            The run after the request.
+
+        Raises:
+            RunNotFoundError: no such run for the caller's tenant.
+            RunFinishedError: the run already ended.
+        """
+        run = await request_cancel(self.pool, who, run_id)
+        if run.status == RunStatus.CANCELLED:
+            self.metrics.events_written.inc()  # run.cancelled, stored by this request
+        return run
+
+    async def decide(
+        self,
+        who: Principal,
+        approval_id: str,
+        *,
+        decision: str,
+        reason: str | None,
+        args: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Decide a pending approval; edited arguments are checked against the tool's schema.
+
+        Returns:
+            The approval's row once decided.
+
+        Raises:
+            ApprovalNotFoundError, ApprovalForbiddenError, ApprovalDecidedError: see `decide`.
+            InvalidRequestError: the tool is gone, or the edited arguments do not fit it.
+        """
+        row = await decide(
+            self.pool,
+            who,
+            approval_id,
+            decision=decision,
+            reason=reason,
+            args=args,
+            check_args=lambda row, edited: self._check_args(who, row["tool_name"], edited),
+        )
+        self.metrics.approval_wait.observe(
+            (row["decided_at"] - row["requested_at"]).total_seconds()
+        )
+        self.tracing.record_span(
+            row["run_id"],
+            "approval.wait",
+            row["requested_at"],
+            row["decided_at"],
+            {
+                "agentrt.kind": "approval",
+                "agentrt.tenant_id": row["tenant_id"],
+                "agentrt.conversation_id": row["conversation_id"],
+                "agentrt.tool.name": row["tool_name"],
+                "agentrt.approval.status": row["status"],
+                "agentrt.approval.by": row["decided_by"],
+            },
+        )
+        return row
+
+    async def _check_args(
+        self, who: Principal, tool_name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        toolbox = await principal_toolbox(self.tools, self.pool, who)
+        spec = toolbox.specs.get(tool_name)
+        if spec is None:
+            raise InvalidRequestError(f"tool {tool_name} is no longer available")
+        try:
+            return validate_args(spec, args)
+        except ToolCallError as exc:
+            raise InvalidRequestError(exc.message) from exc
+
+    async def trace(self, who: Principal, run_id: str) -> dict[str, Any]:
+        """Return the run's span tree, including spans this process has not stored yet.
+
+        Raises:
+            RunNotFoundError: no such run for the caller's tenant.
+        """
+        await self.tracing.sink.flush()
+        async with self.pool.connection() as conn:
+            run = await get_run(conn, who, run_id)
+            return await load_trace(conn, run)

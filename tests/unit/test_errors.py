@@ -1,0 +1,146 @@
+"""One error taxonomy: every error of the server is an `AgentrtError`, answered by one handler."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import logging
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from server import errors
+from server.errors import AgentrtError
+from server.routes.errors import install_error_handlers
+
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parents[2]
+
+SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
+    (errors.UnknownModelError("no model 'x'"), 400, "unknown_model", {}),
+    (errors.InvalidIdempotencyKeyError("bad key"), 400, "invalid_idempotency_key", {}),
+    (errors.UnauthorizedError("unknown or revoked API key"), 401, "unauthorized", {}),
+    (errors.RunForbiddenError("not yours"), 403, "forbidden", {}),
+    (errors.ApprovalForbiddenError("needs reviewer"), 403, "forbidden", {}),
+    (errors.RunNotFoundError("run_1"), 404, "not_found", {}),
+    (errors.ConversationNotFoundError("conv_1"), 404, "not_found", {}),
+    (errors.ApprovalNotFoundError("apr_1"), 404, "not_found", {}),
+    (
+        errors.RunFinishedError("run_1", "completed"),
+        409,
+        "run_finished",
+        {"runStatus": "completed"},
+    ),
+    (errors.IllegalTransitionError("completed", "running"), 409, "illegal_transition", {}),
+    (
+        errors.ConversationBusyError("conv_1", "run_1", "running"),
+        409,
+        "conversation_busy",
+        {"runId": "run_1"},
+    ),
+    (
+        errors.RunNotPausedError("run_1", "running", False),
+        409,
+        "not_paused",
+        {"runStatus": "running"},
+    ),
+    (
+        errors.ApprovalDecidedError("apr_1", "approved"),
+        409,
+        "already_decided",
+        {"approvalStatus": "approved"},
+    ),
+    (
+        errors.IdempotencyKeyReusedError("k", "run_1"),
+        422,
+        "idempotency_key_reused",
+        {"runId": "run_1"},
+    ),
+    (errors.BadCursorError("c"), 422, "invalid_cursor", {}),
+    (errors.ToolConfigError("stdio servers are the operator's"), 422, "invalid_tool_config", {}),
+    (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
+    (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
+    (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+]
+# Errors the API never answers as they are: a 500 without their message.
+INTERNAL = [
+    errors.LeaseLostError("run_1: lease generation 3 superseded"),
+    errors.RunTimeoutError("the run passed its deadline"),
+    errors.StartupError("port 8000 is taken"),
+]
+# The groups, never raised themselves.
+BASES = {errors.AgentrtError, errors.BadRequestError, errors.ForbiddenError}
+BASES |= {errors.NotFoundError, errors.ConflictError}
+
+
+def _app(error: Exception) -> TestClient:
+    app = FastAPI()
+    install_error_handlers(app, max_body_bytes=1000)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise error
+
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def _concrete_errors() -> set[type[AgentrtError]]:
+    return {
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, AgentrtError) and cls.__module__ == errors.__name__
+    }
+
+
+def _is_exception(base: ast.expr) -> bool:
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+    return name.endswith(("Error", "Exception", "Timeout"))
+
+
+def test_every_error_class_of_the_server_is_defined_in_the_taxonomy() -> None:
+    strays = []
+    for path in (ROOT / "server").rglob("*.py"):
+        if path.parent.name == "client" or path == ROOT / "server" / "errors.py":
+            continue  # the client's ClientError is reported at a terminal, never answered
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(map(_is_exception, node.bases)):
+                strays.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert strays == []
+
+
+def test_every_error_has_a_sample_here() -> None:
+    sampled = {type(e) for e, *_ in SAMPLES} | {type(e) for e in INTERNAL}
+    assert _concrete_errors() - BASES == sampled
+
+
+@pytest.mark.parametrize(("error", "status", "code", "fields"), SAMPLES, ids=lambda v: str(v))
+def test_each_error_is_answered_with_its_status_code_message_and_fields(
+    error: AgentrtError, status: int, code: str, fields: dict[str, str]
+) -> None:
+    response = _app(error).get("/boom")
+    assert response.status_code == status
+    assert response.json() == {"error": {"code": code, "message": str(error), **fields}}
+    if status == 429:
+        assert response.headers["Retry-After"] == "5"
+
+
+@pytest.mark.parametrize("error", INTERNAL, ids=lambda e: type(e).__name__)
+def test_an_internal_error_is_answered_500_without_its_message(
+    error: AgentrtError, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="server.app"):
+        response = _app(error).get("/boom")
+    assert response.status_code == 500
+    body = response.json()["error"]
+    assert body["code"] == "internal_error"
+    assert str(error) not in body["message"]
+    assert body["requestId"] in body["message"]
+    assert body["requestId"] in caplog.text
+
+
+def test_every_answered_code_is_documented() -> None:
+    docs = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("api*.md"))
+    answered = {cls.code for cls in _concrete_errors() - BASES if cls.status < 500}
+    assert sorted(c for c in answered if f"`{c}`" not in docs) == []
