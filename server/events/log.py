@@ -8,20 +8,19 @@ atomically (one statement, or one transaction when the row must be read first).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.domain import RunStatus, is_terminal
+from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
-from server.usage.ledger import USAGE_EVENT, store_model_calls
 
-EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
-RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
 Conn = AsyncConnection[dict[str, Any]]
 
 
@@ -45,8 +44,8 @@ class LeaseLostError(RuntimeError):
 class NewEvent:
     """An event before it is stored: `seq` and `ts` are given at append time."""
 
-    type: str
-    data: dict[str, Any] = field(default_factory=dict)
+    type: EventType
+    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,13 +54,21 @@ class StoredEvent:
 
     run_id: str
     seq: int
-    type: str
+    type: EventType
     ts: datetime
-    data: dict[str, Any]
+    data: Mapping[str, Any]
 
-    def to_json(self) -> str:
-        """Serialise as the wire format `{"seq","type","runId","ts","data"}`."""
-        return encode_event(self.run_id, self.seq, self.type, self.ts, json.dumps(self.data))
+
+@dataclass(frozen=True)
+class StoreHook:
+    """Rows kept beside the log: written with the events of `types`, in their transaction.
+
+    The log knows nothing of those rows; the appender (a worker storing `usage` events, whose
+    model-call rows the usage ledger writes) hands the hook in.
+    """
+
+    types: frozenset[EventType]
+    store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
 
 
 def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
@@ -160,6 +167,7 @@ async def append_events(
     generation: int | None = None,
     head: RunHead | None = None,
     extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+    hooks: Sequence[StoreHook] = (),
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Append `events` to the run's log atomically and return the new head.
 
@@ -174,6 +182,7 @@ async def append_events(
             statement; otherwise the row is locked and read first.
         extra: Runs in the same transaction after the events are stored (e.g. store the
             assistant message together with `run.completed`).
+        hooks: Write rows derived from events of their types in the same transaction.
 
     Raises:
         LeaseLostError: `generation` is no longer the run's lease generation.
@@ -181,20 +190,24 @@ async def append_events(
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
     if head is not None and extra is None:
-        return await _append(conn, head, events, generation)
+        return await _append(conn, head, events, generation, hooks)
     async with conn.transaction():
         if head is None:
             head = await load_head(conn, run_id, lock=True)
             if generation is not None and head.generation != generation:
                 raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
-        new_head, stored = await _append(conn, head, events, generation)
+        new_head, stored = await _append(conn, head, events, generation, hooks)
         if extra is not None:
             await extra(conn, new_head)
     return new_head, stored
 
 
 async def _append(
-    conn: Conn, head: RunHead, events: list[NewEvent], generation: int | None
+    conn: Conn,
+    head: RunHead,
+    events: list[NewEvent],
+    generation: int | None,
+    hooks: Sequence[StoreHook],
 ) -> tuple[RunHead, list[StoredEvent]]:
     run_id = head.run_id
     if is_terminal(head.status):
@@ -207,14 +220,16 @@ async def _append(
     attempt = head.attempt
     for event in events:
         seq += 1
-        if event.type == "run.started":
+        if event.type == EventType.RUN_STARTED:
             attempt = event.data.get("attempt", attempt)
         apply_event(snapshot, seq, event.type, event.data)
         stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
     status = snapshot["status"]
-    failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
-    # Usage events also write ledger rows, so they take the transactional path below.
-    usage_changed = any(e.type == USAGE_EVENT for e in stored)
+    failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
+    usage_changed = any(e.type == EventType.USAGE for e in stored)
+    # Events that hooks write rows for take the transactional path below.
+    hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
+    hooked = [(h, found) for h, found in hooked if found]
     params = {
         "seq": seq,
         "snapshot": Jsonb(snapshot),
@@ -232,26 +247,29 @@ async def _append(
         "ts": now,
         "attempt": attempt,
         "seqs": [e.seq for e in stored],
-        "types": [e.type for e in stored],
+        "types": [str(e.type) for e in stored],
         "datas": [json.dumps(e.data) for e in stored],
         "events_channel": EVENTS_CHANNEL,
         "payload": f"{run_id}:{seq}",
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
-    if len(stored) <= _STATEMENT_MAX and not usage_changed:
+    if len(stored) <= _STATEMENT_MAX and not hooked:
         cur = await conn.execute(_APPEND, params)
         row = await cur.fetchone()
         moved = row is not None and row["moved"] == 1
     else:
-        moved = await _append_in_transaction(conn, params, stored)
+        moved = await _append_in_transaction(conn, params, stored, hooked)
     if not moved:
         raise LeaseLostError(f"run {run_id}: appended to by someone else")
     return RunHead(run_id, seq, status, attempt, snapshot, head.generation), stored
 
 
 async def _append_in_transaction(
-    conn: Conn, params: dict[str, Any], stored: list[StoredEvent]
+    conn: Conn,
+    params: dict[str, Any],
+    stored: list[StoredEvent],
+    hooked: list[tuple[StoreHook, list[StoredEvent]]],
 ) -> bool:
     async with conn.transaction(), conn.cursor() as cur:
         await cur.execute(_MOVE, params)
@@ -263,15 +281,18 @@ async def _append_in_transaction(
             "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
         ) as copy:
             for ev, data in zip(stored, params["datas"], strict=True):
-                await copy.write_row((ev.run_id, ev.seq, ev.type, ev.ts, params["attempt"], data))
-        await store_model_calls(cur, stored[0].run_id, stored)
+                await copy.write_row(
+                    (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
+                )
+        for hook, found in hooked:
+            await hook.store(cur, params["id"], found)
         await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
         if params["queued"]:
             await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
     return True
 
 
-def error_details(data: dict[str, Any]) -> dict[str, Any]:
+def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return what a `run.failed` event says beyond its type and message."""
     return {k: v for k, v in data.items() if k not in ("errorType", "message")}
 

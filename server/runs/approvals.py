@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Pool
 from server.events.log import Conn, NewEvent, RunHead, append_events
@@ -153,7 +154,7 @@ async def suspend(
                 )
             events.append(
                 NewEvent(
-                    "approval.required",
+                    EventType.APPROVAL_REQUIRED,
                     {
                         "approvalId": aid,
                         "kind": kind,
@@ -277,7 +278,7 @@ async def resolve(
         row["run_id"],
         [
             NewEvent(
-                "approval.resolved",
+                EventType.APPROVAL_RESOLVED,
                 {
                     "approvalId": approval_id,
                     "kind": row["kind"],

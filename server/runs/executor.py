@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -20,6 +20,7 @@ from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
+from graphs.events import EventType
 from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
 from nodes.models.usage import Budget
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
@@ -37,6 +38,7 @@ from server.runs.approvals import resume_command, suspend
 from server.runs.pausing import mark_paused
 from server.runs.toolbox import run_toolbox
 from server.settings import Settings
+from server.usage.ledger import MODEL_CALLS
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -163,9 +165,11 @@ async def execute_run(
     run's trace; spans are stored before the run's final event.
     """
     handle = handle or RunHandle()
-    writer = EventWriter(deps.pool, head, on_stored=deps.metrics.events_written.inc)
+    writer = EventWriter(
+        deps.pool, head, on_stored=deps.metrics.events_written.inc, hooks=[MODEL_CALLS]
+    )
 
-    def emit(kind: str, data: dict[str, Any] | None = None) -> None:
+    def emit(kind: EventType, data: Mapping[str, Any] | None = None) -> None:
         deps.metrics.observe_event(kind, data or {})
         writer.emit(kind, data)
 
@@ -173,7 +177,7 @@ async def execute_run(
     for item in streaming_items(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(
-            "message.item.completed",
+            EventType.MESSAGE_ITEM_COMPLETED,
             {
                 "itemId": item["itemId"],
                 "status": "superseded",
@@ -298,11 +302,11 @@ async def _conclude(
             pause = False
         if pause:  # asked while the step ran: pause now, approvals kept pending
             data = {"reason": "pause requested", "from": "waiting_user"}
-            await _finish(writer, "run.paused", data, mark_paused)
+            await _finish(writer, EventType.RUN_PAUSED, data, mark_paused)
         else:
             await writer.close()
     elif outcome.kind == "paused":
-        await _finish(writer, "run.paused", outcome.data, mark_paused)
+        await _finish(writer, EventType.RUN_PAUSED, outcome.data, mark_paused)
     elif outcome.kind == "abandoned":
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()
@@ -311,7 +315,7 @@ async def _conclude(
             log.info(
                 "run %s failed: %s: %s", run_id, outcome.data["errorType"], outcome.data["message"]
             )
-        await _finish(writer, f"run.{outcome.kind}", outcome.data)
+        await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data)
 
 
 async def _drive(
@@ -339,7 +343,7 @@ async def _drive(
     toolbox = await run_toolbox(deps.tools, deps.pool, run, run["lease_generation"])
     for source, reason in sorted(toolbox.unavailable.items()):
         if source.startswith("mcp:"):
-            emit("tools.unavailable", {"source": source, "reason": reason})
+            emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
     context = RunContext(
         run_id=run_id,
         conversation_id=run["conversation_id"],
@@ -412,7 +416,9 @@ def _task_messages(tasks: Sequence[Any]) -> list[BaseMessage]:
     return found
 
 
-async def _finish(writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None) -> None:
+async def _finish(
+    writer: EventWriter, kind: EventType, data: Mapping[str, Any], extra: Any = None
+) -> None:
     try:
         await writer.finish(kind, data, extra)
     except (LeaseLostError, RunFinishedError) as exc:
@@ -444,5 +450,8 @@ async def _complete(writer: EventWriter, run: dict[str, Any]) -> None:
         )
 
     await _finish(
-        writer, "run.completed", {"outputMessageId": message_id, "output": output}, store_message
+        writer,
+        EventType.RUN_COMPLETED,
+        {"outputMessageId": message_id, "output": output},
+        store_message,
     )

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Pool
 from server.domain import RunStatus, can_pause, is_terminal
+from server.events.channels import PAUSE_CHANNEL
 from server.events.log import Conn, NewEvent, RunFinishedError, RunHead, append_events
-from server.events.notify import PAUSE_CHANNEL
 from server.runs.records import get_run
 
 
@@ -75,7 +76,7 @@ async def request_pause(pool: Pool, who: Principal, run_id: str) -> dict[str, An
                 raise RunFinishedError(run_id, status)
             if status in (RunStatus.QUEUED, RunStatus.WAITING_USER):
                 event = NewEvent(
-                    "run.paused",
+                    EventType.RUN_PAUSED,
                     {"reason": "pause requested", "by": who.user_id, "from": status.value},
                 )
                 await append_events(conn, run_id, [event], extra=mark_paused)
@@ -113,5 +114,7 @@ async def request_resume(pool: Pool, who: Principal, run_id: str) -> dict[str, A
                 " paused_at = NULL WHERE id = %s",
                 (run_id,),
             )
-            await append_events(conn, run_id, [NewEvent("run.resumed", {"by": who.user_id})])
+            await append_events(
+                conn, run_id, [NewEvent(EventType.RUN_RESUMED, {"by": who.user_id})]
+            )
         return await get_run(conn, who, run_id)

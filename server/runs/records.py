@@ -8,9 +8,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Pool, retry_deadlocks
 from server.domain import RunStatus, is_terminal
+from server.events.channels import CANCEL_CHANNEL
 from server.events.log import (
     Conn,
     NewEvent,
@@ -19,7 +21,6 @@ from server.events.log import (
     append_events,
     new_head,
 )
-from server.events.notify import CANCEL_CHANNEL
 from server.ids import new_id
 from server.runs.idempotency import IdempotencyKey, find_response, remember_response
 
@@ -312,7 +313,7 @@ async def _insert_run(
         head=new_head(run_id),
         events=[
             NewEvent(
-                "run.created",
+                EventType.RUN_CREATED,
                 {
                     "conversationId": conversation_id,
                     "model": message.model,
@@ -363,7 +364,7 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
     """
     reason = {"reason": "cancel requested", "by": by}
     if status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED):
-        await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+        await append_events(conn, run_id, [NewEvent(EventType.RUN_CANCELLED, reason)])
         await conn.execute(
             "UPDATE approvals SET status = 'cancelled', decided_by = %s,"
             " decided_at = now(), decision_reason = 'the run was cancelled'"

@@ -18,16 +18,17 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.db.pool import Pool
+from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
 from server.events.log import (
-    RUNS_CHANNEL,
     NewEvent,
     RunFinishedError,
     RunHead,
     append_events,
     head_of,
 )
-from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
+from server.events.notify import Notifier
 from server.ids import new_id
 from server.observability.tracing import hex_trace_id
 from server.runs.approvals import expire_due
@@ -229,7 +230,7 @@ class Worker:
                 await append_events(
                     conn,
                     run["id"],
-                    [NewEvent("run.cancelled", {"reason": "cancel requested"})],
+                    [NewEvent(EventType.RUN_CANCELLED, {"reason": "cancel requested"})],
                     generation=generation,
                     head=head,
                 )
@@ -237,14 +238,16 @@ class Worker:
                 return True
             if run["pause_requested"]:
                 # Paused while it was being handed back (drain, lost lease): pause it now.
-                paused = NewEvent("run.paused", {"reason": "pause requested", "from": "queued"})
+                paused = NewEvent(
+                    EventType.RUN_PAUSED, {"reason": "pause requested", "from": "queued"}
+                )
                 await append_events(
                     conn, run["id"], [paused], generation=generation, head=head, extra=mark_paused
                 )
                 self.deps.metrics.events_written.inc()
                 return True
             started = NewEvent(
-                "run.started",
+                EventType.RUN_STARTED,
                 {
                     "attempt": run["attempt"],
                     "worker": self.owner,
@@ -321,7 +324,7 @@ class Worker:
                 recoveries = row["recoveries"] + 1
                 if recoveries > self._settings.max_recoveries:
                     event = NewEvent(
-                        "run.failed",
+                        EventType.RUN_FAILED,
                         {
                             "errorType": "dead_letter",
                             "message": f"the run lost its worker {recoveries} times; the limit is "
@@ -330,7 +333,8 @@ class Worker:
                     )
                 else:
                     event = NewEvent(
-                        "run.requeued", {"reason": "lease expired", "recoveries": recoveries}
+                        EventType.RUN_REQUEUED,
+                        {"reason": "lease expired", "recoveries": recoveries},
                     )
                 try:
                     await append_events(conn, row["id"], [event])
