@@ -166,7 +166,9 @@ class ToolRetrying(TypedDict):
     delayMs: float
 
 
-class _ToolFinished(TypedDict):
+class ToolFinished(TypedDict):
+    """What `tool.completed` and `tool.failed` both say."""
+
     toolCallId: str
     name: str
     durationMs: float
@@ -175,7 +177,7 @@ class _ToolFinished(TypedDict):
     outcome: str
 
 
-class ToolCompleted(_ToolFinished):
+class ToolCompleted(ToolFinished):
     """`tool.completed`: the call's output, cut to the event's budget."""
 
     output: str
@@ -183,7 +185,7 @@ class ToolCompleted(_ToolFinished):
     truncated: bool
 
 
-class ToolFailed(_ToolFinished):
+class ToolFailed(ToolFinished):
     """`tool.failed`: the call's error as the model reads it."""
 
     errorType: str | None

@@ -17,7 +17,14 @@ from typing import Any, Literal
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 
-from graphs.events import Emit, EventType, ToolCompletedEvent, ToolFailedEvent, ToolStartedEvent
+from graphs.events import (
+    Emit,
+    EventType,
+    ToolCompletedEvent,
+    ToolFailedEvent,
+    ToolFinished,
+    ToolStartedEvent,
+)
 from tools.errors import RETRYABLE, ErrorType, ToolCallError, describe, error_type_of
 from tools.isolation import forkserver_ready, run_in_process
 from tools.ledger import Claim, LedgerEntry, Outcome, idempotency_key
@@ -96,17 +103,18 @@ def started_event(
 
 def finished_event(result: ToolResult, budget: int) -> ToolCompletedEvent | ToolFailedEvent:
     """Return the `tool.completed` or `tool.failed` event of a result."""
-    duration_ms = round(result.duration_ms, 3)
-    outcome = result.error_type or "success"
+    common: ToolFinished = {
+        "toolCallId": result.call_id,
+        "name": result.name,
+        "durationMs": round(result.duration_ms, 3),
+        "attempts": result.attempts,
+        "replayed": result.replayed,
+        "outcome": result.error_type or "success",
+    }
     if result.status == "failed":
         return {
             "event": EventType.TOOL_FAILED,
-            "toolCallId": result.call_id,
-            "name": result.name,
-            "durationMs": duration_ms,
-            "attempts": result.attempts,
-            "replayed": result.replayed,
-            "outcome": outcome,
+            **common,
             "errorType": result.error_type,
             "retryable": result.error_type in RETRYABLE,
             "error": result.output,
@@ -114,12 +122,7 @@ def finished_event(result: ToolResult, budget: int) -> ToolCompletedEvent | Tool
     shown, truncated = cut_output(result.output, min(budget, EVENT_OUTPUT_CHARS))
     return {
         "event": EventType.TOOL_COMPLETED,
-        "toolCallId": result.call_id,
-        "name": result.name,
-        "durationMs": duration_ms,
-        "attempts": result.attempts,
-        "replayed": result.replayed,
-        "outcome": outcome,
+        **common,
         "output": shown,
         "outputChars": len(result.output),
         "truncated": truncated,

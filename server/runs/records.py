@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -23,6 +22,7 @@ from server.events.log import (
 )
 from server.ids import new_id
 from server.runs.idempotency import IdempotencyKey, find_response, remember_response
+from server.timestamps import iso
 
 
 class ConversationNotFoundError(LookupError):
@@ -50,10 +50,6 @@ class TooManyRunsError(RuntimeError):
         )
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
 def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render a conversation row for the API."""
     return {
@@ -62,7 +58,7 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
         "model": row["model"],
         "metadata": row["metadata"],
         "userId": row["user_id"],
-        "createdAt": _iso(row["created_at"]),
+        "createdAt": iso(row["created_at"]),
     }
 
 
@@ -90,12 +86,12 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "usage": row["usage"],
         "cancelRequested": row["cancel_requested"],
         "pauseRequested": row["pause_requested"] and not is_terminal(row["status"]),
-        "pausedAt": _iso(row["paused_at"]),
+        "pausedAt": iso(row["paused_at"]),
         "leaseOwner": row["lease_owner"],
         "recoveries": row["recoveries"],
-        "createdAt": _iso(row["created_at"]),
-        "startedAt": _iso(row["started_at"]),
-        "finishedAt": _iso(row["finished_at"]),
+        "createdAt": iso(row["created_at"]),
+        "startedAt": iso(row["started_at"]),
+        "finishedAt": iso(row["finished_at"]),
     }
 
 
@@ -107,7 +103,7 @@ def message_view(row: dict[str, Any]) -> dict[str, Any]:
         "runId": row["run_id"],
         "role": row["role"],
         "content": row["content"],
-        "createdAt": _iso(row["created_at"]),
+        "createdAt": iso(row["created_at"]),
     }
 
 

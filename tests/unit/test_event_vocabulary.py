@@ -1,0 +1,86 @@
+"""Every event type is emitted through `EventType` and documented, with its fields, in
+docs/events.md."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from graphs.events import PAYLOADS, TERMINAL_EVENTS, EventType
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "events.md"
+# Calls whose first argument is an event type, and the custom-stream key that holds one.
+EMITTERS = {"NewEvent", "emit", "_emit", "finish", "_finish"}
+TYPE_KEY = "event"
+
+
+def documented_rows() -> dict[str, set[str]]:
+    """Map each event type in a table of docs/events.md to the names its rows quote."""
+    rows: dict[str, set[str]] = {}
+    for line in DOCS.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            continue
+        first, _, rest = line.strip("|").partition("|")
+        quoted = set(re.findall(r"`([^`]+)`", rest))
+        words = {w for q in quoted for w in re.findall(r"[A-Za-z]+", q)}
+        for kind in re.findall(r"`([a-z.]+)`", first):
+            rows.setdefault(kind, set()).update(words)
+    return rows
+
+
+def fields_of(payload: type) -> set[str]:
+    """Return every key of a payload TypedDict, required or not."""
+    return set(payload.__required_keys__) | set(payload.__optional_keys__)  # type: ignore[attr-defined]
+
+
+def literal_event_types(path: Path) -> list[str]:
+    """Return the places in `path` that spell an event type as a string where one is emitted."""
+    values = {t.value for t in EventType}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        candidates: list[ast.expr] = []
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in EMITTERS:
+                candidates.append(node.args[0])
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == TYPE_KEY:
+                    candidates.append(value)
+        for arg in candidates:
+            if isinstance(arg, ast.JoinedStr) or (
+                isinstance(arg, ast.Constant) and arg.value in values
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{arg.lineno}")
+    return found
+
+
+def test_every_event_type_is_documented_and_every_documented_type_exists() -> None:
+    documented = set(documented_rows())
+    assert {t.value for t in EventType} - documented == set()
+    assert documented - {t.value for t in EventType} == set()
+
+
+def test_every_payload_field_is_documented_with_its_event_type() -> None:
+    rows = documented_rows()
+    missing = {
+        kind.value: sorted(fields_of(PAYLOADS[kind]) - rows[kind.value]) for kind in EventType
+    }
+    assert {k: v for k, v in missing.items() if v} == {}
+
+
+def test_every_event_type_has_a_payload_type() -> None:
+    assert set(PAYLOADS) == set(EventType)
+    assert TERMINAL_EVENTS <= set(EventType)
+
+
+def test_events_are_emitted_through_event_type_never_spelled_as_strings() -> None:
+    places = []
+    for package in ("graphs", "nodes", "tools", "server"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path != ROOT / "graphs" / "events.py":
+                places += literal_event_types(path)
+    assert places == []
