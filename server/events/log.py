@@ -209,12 +209,31 @@ async def _append(
     generation: int | None,
     hooks: Sequence[StoreHook],
 ) -> tuple[RunHead, list[StoredEvent]]:
-    run_id = head.run_id
     if is_terminal(head.status):
-        raise RunFinishedError(run_id, head.status)
+        raise RunFinishedError(head.run_id, head.status)
+    now = datetime.now(UTC)
+    new, stored = _fold(head, events, now)
+    params = _params(head, new, stored, generation, now)
+    # Events that hooks write rows for take the transactional path below.
+    hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
+    hooked = [(h, found) for h, found in hooked if found]
+    if len(stored) <= _STATEMENT_MAX and not hooked:
+        cur = await conn.execute(_APPEND, params)
+        row = await cur.fetchone()
+        moved = row is not None and row["moved"] == 1
+    else:
+        moved = await _append_in_transaction(conn, params, stored, hooked)
+    if not moved:
+        raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
+    return new, stored
+
+
+def _fold(
+    head: RunHead, events: list[NewEvent], now: datetime
+) -> tuple[RunHead, list[StoredEvent]]:
+    """Give `events` their seq values and fold them into a copy of the head's snapshot."""
     # A copy, so that a failed append leaves the caller's cached head untouched.
     snapshot = copy_snapshot(head.snapshot)
-    now = datetime.now(UTC)
     stored: list[StoredEvent] = []
     seq = head.seq
     attempt = head.attempt
@@ -223,16 +242,21 @@ async def _append(
         if event.type == EventType.RUN_STARTED:
             attempt = event.data.get("attempt", attempt)
         apply_event(snapshot, seq, event.type, event.data)
-        stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
-    status = snapshot["status"]
+        stored.append(StoredEvent(head.run_id, seq, event.type, now, event.data))
+    new = RunHead(head.run_id, seq, snapshot["status"], attempt, snapshot, head.generation)
+    return new, stored
+
+
+def _params(
+    head: RunHead, new: RunHead, stored: list[StoredEvent], generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """Return the parameters of the append's statements (`_MOVE`, `_APPEND`)."""
+    status = new.status
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
-    # Events that hooks write rows for take the transactional path below.
-    hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
-    hooked = [(h, found) for h, found in hooked if found]
-    params = {
-        "seq": seq,
-        "snapshot": Jsonb(snapshot),
+    return {
+        "seq": new.seq,
+        "snapshot": Jsonb(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "release": is_terminal(status)
@@ -240,29 +264,20 @@ async def _append(
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,
-        "usage": Jsonb(snapshot.get("usage", {})) if usage_changed else None,
-        "id": run_id,
+        "usage": Jsonb(new.snapshot.get("usage", {})) if usage_changed else None,
+        "id": head.run_id,
         "prev": head.seq,
         "generation": generation,
         "ts": now,
-        "attempt": attempt,
+        "attempt": new.attempt,
         "seqs": [e.seq for e in stored],
         "types": [str(e.type) for e in stored],
         "datas": [json.dumps(e.data) for e in stored],
         "events_channel": EVENTS_CHANNEL,
-        "payload": f"{run_id}:{seq}",
+        "payload": f"{head.run_id}:{new.seq}",
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
-    if len(stored) <= _STATEMENT_MAX and not hooked:
-        cur = await conn.execute(_APPEND, params)
-        row = await cur.fetchone()
-        moved = row is not None and row["moved"] == 1
-    else:
-        moved = await _append_in_transaction(conn, params, stored, hooked)
-    if not moved:
-        raise LeaseLostError(f"run {run_id}: appended to by someone else")
-    return RunHead(run_id, seq, status, attempt, snapshot, head.generation), stored
 
 
 async def _append_in_transaction(
