@@ -11,7 +11,7 @@ from graphs.events import PAYLOADS, EventType
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "events.md"
-# Calls whose first argument is an event type, and the custom-stream key that holds one.
+# Calls that take an event type, and the custom-stream key that holds one.
 EMITTERS = {"NewEvent", "emit", "_emit", "finish", "_finish"}
 TYPE_KEY = "event"
 
@@ -35,26 +35,34 @@ def fields_of(payload: type) -> set[str]:
     return set(payload.__required_keys__) | set(payload.__optional_keys__)  # type: ignore[attr-defined]
 
 
+def spells_a_type(arg: ast.expr) -> bool:
+    """Say whether `arg` is an event type written as a string (or built as an f-string)."""
+    values = {t.value for t in EventType}
+    if isinstance(arg, ast.Constant):
+        return arg.value in values
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        head = arg.values[0]
+        return isinstance(head, ast.Constant) and any(v.startswith(head.value) for v in values)
+    return False
+
+
 def literal_event_types(path: Path) -> list[str]:
     """Return the places in `path` that spell an event type as a string where one is emitted."""
-    values = {t.value for t in EventType}
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         candidates: list[ast.expr] = []
-        if isinstance(node, ast.Call) and node.args:
+        if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name in EMITTERS:
-                candidates.append(node.args[0])
+                candidates += node.args
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == TYPE_KEY:
                     candidates.append(value)
-        for arg in candidates:
-            if isinstance(arg, ast.JoinedStr) or (
-                isinstance(arg, ast.Constant) and arg.value in values
-            ):
-                found.append(f"{path.relative_to(ROOT)}:{arg.lineno}")
+        found += [
+            f"{path.relative_to(ROOT)}:{arg.lineno}" for arg in candidates if spells_a_type(arg)
+        ]
     return found
 
 
