@@ -16,7 +16,7 @@ Snapshot = dict[str, Any]
 Data = Mapping[str, Any]
 E = EventType
 
-_STATUS_BY_EVENT = {
+_STATUS_BY_EVENT: dict[str, RunStatus] = {
     E.RUN_CREATED: RunStatus.QUEUED,
     E.RUN_STARTED: RunStatus.RUNNING,
     E.RUN_REQUEUED: RunStatus.QUEUED,
@@ -74,7 +74,7 @@ def _pending(snap: Snapshot) -> bool:
 def _next_status(snap: Snapshot, kind: str) -> RunStatus:
     current = RunStatus(snap["status"])
     if kind in _STATUS_BY_EVENT:
-        return _STATUS_BY_EVENT[EventType(kind)]
+        return _STATUS_BY_EVENT[kind]
     if kind == E.RUN_RESUMED:
         # Back where it waits: for a reviewer while approvals are pending, else for a worker.
         return RunStatus.WAITING_USER if _pending(snap) else RunStatus.QUEUED
@@ -180,7 +180,7 @@ def _run_failed(snap: Snapshot, data: Data) -> None:
 
 
 # How each event type changes the snapshot beyond its status; the others change only that.
-_FOLDS: dict[EventType, Callable[[Snapshot, Data], None]] = {
+_FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.RUN_STARTED: _run_started,
     E.MESSAGE_ITEM_CREATED: _item_created,
     E.MESSAGE_ITEM_DELTA: _item_delta,
@@ -202,7 +202,7 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: Data) -> Snapshot:
     Raises:
         IllegalTransitionError: the event would move the run along a forbidden edge.
     """
-    fold = _FOLDS.get(kind)  # type: ignore[call-overload]
+    fold = _FOLDS.get(kind)
     if fold is not None:
         fold(snap, data)
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
