@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -10,9 +11,12 @@ from langgraph.types import StreamMode
 
 from graphs.events import EventType, MessageItemCompleted
 
+log = logging.getLogger(__name__)
+
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 REPLAYED = "~replayed"  # suffix of the item id of an answer re-emitted from a checkpoint
 ClosedStatus = Literal["superseded", "interrupted"]
+_TYPES = frozenset(EventType)
 
 
 class EventSink(Protocol):
@@ -52,12 +56,18 @@ class StreamProjector:
                         if isinstance(message, AIMessage):
                             self._complete(message, node)
         elif mode == "custom" and isinstance(chunk, dict) and "event" in chunk:
-            data = dict(chunk)
-            kind = EventType(data.pop("event"))
-            superseded = data.pop("supersedes", None)
-            if superseded:
-                self.supersede_items(superseded, kind)
-            self._emit(kind, data)
+            self._custom(dict(chunk))
+
+    def _custom(self, data: dict[str, Any]) -> None:
+        kind = data.pop("event")
+        if kind not in _TYPES:
+            # Other code in a node may write to the stream too; only our vocabulary is stored.
+            log.warning("not stored: custom stream event of unknown type %r", kind)
+            return
+        superseded = data.pop("supersedes", None)
+        if superseded:
+            self.supersede_items(superseded, kind)
+        self._emit(EventType(kind), data)
 
     def replay_missing(
         self, messages: list[BaseMessage], since_id: str, recorded: set[str]

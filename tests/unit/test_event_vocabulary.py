@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from graphs.events import PAYLOADS, EventType
+from server.events.projection import StreamProjector
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "events.md"
@@ -91,3 +92,11 @@ def test_events_are_emitted_through_event_type_never_spelled_as_strings() -> Non
             if path != ROOT / "graphs" / "events.py":
                 places += literal_event_types(path)
     assert places == []
+
+
+def test_a_custom_stream_event_of_an_unknown_type_is_not_stored() -> None:
+    stored: list[str] = []
+    projector = StreamProjector(lambda kind, data=None: stored.append(kind))
+    projector.handle("custom", {"event": "my.own.thing", "n": 1})
+    projector.handle("custom", {"event": "tools.unavailable", "source": "mcp:x", "reason": "down"})
+    assert stored == [EventType.TOOLS_UNAVAILABLE]
