@@ -1,7 +1,9 @@
 """The run event vocabulary: every event type and the shape of its payload (docs/events.md).
 
 Nodes and tools emit events through LangGraph's custom stream (`Emit`); the server stores
-them, with its own events, in the run's log. This module imports nothing of ours, so that
+them, with its own events, in the run's log. The payloads they emit carry their `event` type
+(and the model layer's the message items they `supersedes`), which the server's projector
+takes off before storing them (`STREAM_KEYS`). This module imports nothing of ours, so that
 `tools`, `nodes` and `server` can all share it.
 """
 
@@ -39,6 +41,8 @@ class EventType(StrEnum):
 
 
 E = EventType
+# Keys of a custom stream event that say how to store it; they are not stored.
+STREAM_KEYS = frozenset({"event", "supersedes"})
 # Exactly one of these ends every run's log.
 TERMINAL_EVENTS: frozenset[EventType] = frozenset({E.RUN_COMPLETED, E.RUN_FAILED, E.RUN_CANCELLED})
 
@@ -145,6 +149,7 @@ class MessageItemCompleted(TypedDict):
 class ToolStarted(TypedDict):
     """`tool.started`: a tool call begins (or is replayed, or refused and will not run)."""
 
+    event: Literal[EventType.TOOL_STARTED]
     toolCallId: str
     name: str
     args: Any
@@ -158,6 +163,7 @@ class ToolStarted(TypedDict):
 class ToolRetrying(TypedDict):
     """`tool.retrying`: an attempt of a tool call failed and will be retried."""
 
+    event: Literal[EventType.TOOL_RETRYING]
     toolCallId: str
     name: str
     attempt: int
@@ -180,6 +186,7 @@ class ToolFinished(TypedDict):
 class ToolCompleted(ToolFinished):
     """`tool.completed`: the call's output, cut to the event's budget."""
 
+    event: Literal[EventType.TOOL_COMPLETED]
     output: str
     outputChars: int
     truncated: bool
@@ -188,6 +195,7 @@ class ToolCompleted(ToolFinished):
 class ToolFailed(ToolFinished):
     """`tool.failed`: the call's error as the model reads it."""
 
+    event: Literal[EventType.TOOL_FAILED]
     errorType: str | None
     retryable: bool
     error: str
@@ -260,6 +268,7 @@ class ModelCall(TypedDict):
 class Usage(TypedDict):
     """`usage`: one model attempt and the run's new totals (docs/usage.md)."""
 
+    event: Literal[EventType.USAGE]
     call: ModelCall
     totals: dict[str, Any]
 
@@ -267,6 +276,8 @@ class Usage(TypedDict):
 class ModelRetry(TypedDict):
     """`model.retry`: an attempt failed and the same model is tried again after `delayS`."""
 
+    event: Literal[EventType.MODEL_RETRY]
+    supersedes: list[str]
     model: str
     attempt: int
     errorClass: str
@@ -277,6 +288,8 @@ class ModelRetry(TypedDict):
 class ModelFallback(TypedDict):
     """`model.fallback`: the next model of the fallback list is tried."""
 
+    event: Literal[EventType.MODEL_FALLBACK]
+    supersedes: list[str]
     fromModel: str
     toModel: str
     errorClass: str
@@ -309,60 +322,9 @@ PAYLOADS: dict[EventType, type] = {
 }
 
 
-# What nodes and tools write to LangGraph's custom stream: the payload plus its `event` type,
-# and the message items the event supersedes (closed by the server's projector).
-class ToolStartedEvent(ToolStarted):
-    """A `tool.started` event on the custom stream."""
-
-    event: Literal[EventType.TOOL_STARTED]
-
-
-class ToolRetryingEvent(ToolRetrying):
-    """A `tool.retrying` event on the custom stream."""
-
-    event: Literal[EventType.TOOL_RETRYING]
-
-
-class ToolCompletedEvent(ToolCompleted):
-    """A `tool.completed` event on the custom stream."""
-
-    event: Literal[EventType.TOOL_COMPLETED]
-
-
-class ToolFailedEvent(ToolFailed):
-    """A `tool.failed` event on the custom stream."""
-
-    event: Literal[EventType.TOOL_FAILED]
-
-
-class UsageEvent(Usage):
-    """A `usage` event on the custom stream."""
-
-    event: Literal[EventType.USAGE]
-
-
-class ModelRetryEvent(ModelRetry):
-    """A `model.retry` event on the custom stream."""
-
-    event: Literal[EventType.MODEL_RETRY]
-    supersedes: list[str]
-
-
-class ModelFallbackEvent(ModelFallback):
-    """A `model.fallback` event on the custom stream."""
-
-    event: Literal[EventType.MODEL_FALLBACK]
-    supersedes: list[str]
-
-
+# What nodes and tools write to LangGraph's custom stream.
 StreamEvent = (
-    ToolStartedEvent
-    | ToolRetryingEvent
-    | ToolCompletedEvent
-    | ToolFailedEvent
-    | UsageEvent
-    | ModelRetryEvent
-    | ModelFallbackEvent
+    ToolStarted | ToolRetrying | ToolCompleted | ToolFailed | Usage | ModelRetry | ModelFallback
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

@@ -20,10 +20,10 @@ from langgraph.errors import GraphBubbleUp
 from graphs.events import (
     Emit,
     EventType,
-    ToolCompletedEvent,
-    ToolFailedEvent,
+    ToolCompleted,
+    ToolFailed,
     ToolFinished,
-    ToolStartedEvent,
+    ToolStarted,
 )
 from tools.errors import RETRYABLE, ErrorType, ToolCallError, describe, error_type_of
 from tools.isolation import forkserver_ready, run_in_process
@@ -81,10 +81,10 @@ def started_event(
     attempt: int | None = None,
     refused: bool = False,
     replayed: bool = False,
-) -> ToolStartedEvent:
+) -> ToolStarted:
     """Return the `tool.started` event of a call (arguments redacted)."""
     spec = call.spec
-    event: ToolStartedEvent = {
+    event: ToolStarted = {
         "event": EventType.TOOL_STARTED,
         "toolCallId": call.call_id,
         "name": call.name,
@@ -101,7 +101,7 @@ def started_event(
     return event
 
 
-def finished_event(result: ToolResult, budget: int) -> ToolCompletedEvent | ToolFailedEvent:
+def finished_event(result: ToolResult, budget: int) -> ToolCompleted | ToolFailed:
     """Return the `tool.completed` or `tool.failed` event of a result."""
     common: ToolFinished = {
         "toolCallId": result.call_id,

@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from graphs.events import PAYLOADS, EventType
+from graphs.events import PAYLOADS, STREAM_KEYS, EventType
 from server.events.projection import StreamProjector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,9 @@ def documented_rows() -> dict[str, set[str]]:
 
 
 def fields_of(payload: type) -> set[str]:
-    """Return every key of a payload TypedDict, required or not."""
-    return set(payload.__required_keys__) | set(payload.__optional_keys__)  # type: ignore[attr-defined]
+    """Return every key of a payload TypedDict that is stored, required or not."""
+    keys = set(payload.__required_keys__) | set(payload.__optional_keys__)  # type: ignore[attr-defined]
+    return keys - STREAM_KEYS
 
 
 def spells_a_type(arg: ast.expr) -> bool:
