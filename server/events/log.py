@@ -155,6 +155,7 @@ WITH moved AS ({_MOVE}), stored AS (
 )
 SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
 """
+_RUN_STARTED = EventType.RUN_STARTED  # looked up once: the fold runs for every event
 # Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
 _STATEMENT_MAX = 64
 
@@ -239,7 +240,7 @@ def _fold(
     attempt = head.attempt
     for event in events:
         seq += 1
-        if event.type == EventType.RUN_STARTED:
+        if event.type == _RUN_STARTED:
             attempt = event.data.get("attempt", attempt)
         apply_event(snapshot, seq, event.type, event.data)
         stored.append(StoredEvent(head.run_id, seq, event.type, now, event.data))

@@ -71,25 +71,45 @@ def _pending(snap: Snapshot) -> bool:
     return any(a["status"] == "pending" for a in snap.get("approvals", []))
 
 
-def _next_status(snap: Snapshot, kind: str) -> RunStatus:
-    current = RunStatus(snap["status"])
-    if kind in _STATUS_BY_EVENT:
-        return _STATUS_BY_EVENT[kind]
-    if kind == E.RUN_RESUMED:
-        # Back where it waits: for a reviewer while approvals are pending, else for a worker.
-        return RunStatus.WAITING_USER if _pending(snap) else RunStatus.QUEUED
-    if kind == E.APPROVAL_RESOLVED:
-        return (
-            RunStatus.QUEUED
-            if current == RunStatus.WAITING_USER and not _pending(snap)
-            else current
-        )
-    if kind == E.TOOL_STARTED and current == RunStatus.RUNNING:
-        return RunStatus.WAITING_TOOL
-    if kind in (E.TOOL_COMPLETED, E.TOOL_FAILED) and current == RunStatus.WAITING_TOOL:
-        tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
-        return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
+def _after_resume(snap: Snapshot, current: RunStatus) -> RunStatus:
+    # Back where it waits: for a reviewer while approvals are pending, else for a worker.
+    return RunStatus.WAITING_USER if _pending(snap) else RunStatus.QUEUED
+
+
+def _after_decision(snap: Snapshot, current: RunStatus) -> RunStatus:
+    if current == RunStatus.WAITING_USER and not _pending(snap):
+        return RunStatus.QUEUED
     return current
+
+
+def _after_tool_start(snap: Snapshot, current: RunStatus) -> RunStatus:
+    return RunStatus.WAITING_TOOL if current == RunStatus.RUNNING else current
+
+
+def _after_tool_end(snap: Snapshot, current: RunStatus) -> RunStatus:
+    if current != RunStatus.WAITING_TOOL:
+        return current
+    tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
+    return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
+
+
+# Event types whose next status depends on the snapshot (after the event is folded in).
+_STATUS_RULES: dict[str, Callable[[Snapshot, RunStatus], RunStatus]] = {
+    E.RUN_RESUMED: _after_resume,
+    E.APPROVAL_RESOLVED: _after_decision,
+    E.TOOL_STARTED: _after_tool_start,
+    E.TOOL_COMPLETED: _after_tool_end,
+    E.TOOL_FAILED: _after_tool_end,
+}
+
+
+def _next_status(snap: Snapshot, kind: str) -> RunStatus:
+    fixed = _STATUS_BY_EVENT.get(kind)
+    if fixed is not None:
+        return fixed
+    current = RunStatus(snap["status"])
+    rule = _STATUS_RULES.get(kind)
+    return current if rule is None else rule(snap, current)
 
 
 def _run_started(snap: Snapshot, data: Data) -> None:
