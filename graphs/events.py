@@ -1,10 +1,10 @@
 """The run event vocabulary: every event type and the shape of its payload (docs/events.md).
 
 Nodes and tools emit events through LangGraph's custom stream (`Emit`); the server stores
-them, with its own events, in the run's log. The payloads they emit carry their `event` type
-(and the model layer's the message items they `supersedes`), which the server's projector
-takes off before storing them (`STREAM_KEYS`). This module imports nothing of ours, so that
-`tools`, `nodes` and `server` can all share it.
+them, with its own events, in the run's log. The payloads they emit carry their `event` type,
+and the model layer's also the message items they supersede (`supersedes`); the server's
+projector takes both keys off before storing (`STREAM_KEYS`). This module imports nothing of
+ours, so that `tools`, `nodes` and `server` can all share it.
 """
 
 from __future__ import annotations
