@@ -11,9 +11,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from graphs.events import TERMINAL_EVENTS
 from server.events.snapshot import ITEM_SEPARATOR, output_text
-
-TERMINAL = ("run.completed", "run.failed", "run.cancelled")
 
 
 @dataclass
@@ -115,11 +114,11 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
 
 def _check_log(verdict: Verdict, run: dict[str, Any], log: list[dict[str, Any]]) -> None:
     seqs = [e["seq"] for e in log]
-    terminal = [e["type"] for e in log if e["type"] in TERMINAL]
+    terminal = [e["type"] for e in log if e["type"] in TERMINAL_EVENTS]
     if seqs != list(range(1, len(seqs) + 1)) or len(seqs) != run["last_event_seq"]:
         verdict.log_defects += 1
         verdict.problems.append(f"{run['id']}: event log has a gap or a duplicate")
-    if len(terminal) != 1 or log[-1]["type"] not in TERMINAL:
+    if len(terminal) != 1 or log[-1]["type"] not in TERMINAL_EVENTS:
         verdict.log_defects += 1
         verdict.problems.append(f"{run['id']}: terminal events {terminal}")
 

@@ -32,6 +32,7 @@ from bench.common import (
     write_scripts,
 )
 from bench.engine import AGENT_SCRIPT, engine
+from graphs.events import EventType
 from server.db.pool import Pool, open_pool
 from server.events.log import NewEvent, append_events
 from server.ids import new_id
@@ -65,10 +66,10 @@ async def park(pool: Pool, count: int) -> list[str]:
                 conn,
                 run_id,
                 [
-                    NewEvent("run.created", {"conversationId": conv}),
-                    NewEvent("run.started", {"attempt": 0, "worker": "bench"}),
+                    NewEvent(EventType.RUN_CREATED, {"conversationId": conv}),
+                    NewEvent(EventType.RUN_STARTED, {"attempt": 0, "worker": "bench"}),
                     NewEvent(
-                        "approval.required",
+                        EventType.APPROVAL_REQUIRED,
                         {
                             "approvalId": new_id("apr"),
                             "toolCallId": "call_1",
@@ -104,7 +105,9 @@ async def resume(pool: Pool, ids: list[str], limit_s: float) -> float:
     started = time.perf_counter()
     for run_id in ids:
         async with pool.connection() as conn:
-            await append_events(conn, run_id, [NewEvent("run.requeued", {"reason": "approved"})])
+            await append_events(
+                conn, run_id, [NewEvent(EventType.RUN_REQUEUED, {"reason": "approved"})]
+            )
     async with asyncio.timeout(limit_s):
         while True:
             async with pool.connection() as conn:

@@ -30,6 +30,7 @@ from bench.common import (
 )
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
+from graphs.events import EventType
 from server.db.pool import Pool, open_pool
 from server.events.log import NewEvent, append_events
 from server.events.writer import EventWriter
@@ -87,13 +88,15 @@ async def writer_capacity(pool: Pool, events: int) -> float:
             (run_id, conv, msg),
         )
         head, _ = await append_events(
-            conn, run_id, [NewEvent("run.created"), NewEvent("run.started", {"attempt": 1})]
+            conn,
+            run_id,
+            [NewEvent(EventType.RUN_CREATED), NewEvent(EventType.RUN_STARTED, {"attempt": 1})],
         )
     writer = EventWriter(pool, head)
     started = time.perf_counter()
-    writer.emit("message.item.created", {"itemId": "item", "role": "assistant"})
+    writer.emit(EventType.MESSAGE_ITEM_CREATED, {"itemId": "item", "role": "assistant"})
     for n in range(events):
-        writer.emit("message.item.delta", {"itemId": "item", "delta": "x"})
+        writer.emit(EventType.MESSAGE_ITEM_DELTA, {"itemId": "item", "delta": "x"})
         if n % 100 == 0:
             await asyncio.sleep(0)  # let the writer commit while "tokens" keep coming
     await writer.flush()

@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 
 from graphs.context import RunContext
 from graphs.state import AgentState
-from nodes.await_approval import await_approval, pending_approvals, run_toolbox
+from nodes.await_approval import await_approval, pending_approvals, toolbox_of
 from nodes.build_context import build_context
 from nodes.call_model import call_model
 from nodes.dispatch_tools import dispatch_tools
@@ -23,7 +23,7 @@ def route_after_model(
     last = state["messages"][-1]
     if not (isinstance(last, AIMessage) and last.tool_calls):
         return "__end__"
-    toolbox = run_toolbox(runtime.context or RunContext())
+    toolbox = toolbox_of(runtime.context or RunContext())
     return "await_approval" if pending_approvals(state, toolbox) else "dispatch_tools"
 
 

@@ -1,31 +1,30 @@
 """The `await_approval` node: pause the run with `interrupt()` until a human decides.
 
-The interrupt value and the resume value are the contract with the server (which turns the
-one into approval records and `approval.required` events, and decisions into the other):
-
-    interrupt({"kind": "approval" | "in_doubt", "calls": [{"toolCallId", "name", "args",
-               "redact", "risk", "source", "reason", "timeoutS"}, ...]})
-    Command(resume={"decisions": {tool_call_id: {"decision": "approve" | "reject" | "edit",
-                    "args": {...} (edit), "reason": str, "by": str, "approvalId": str}}})
+The interrupt value (`ApprovalRequest`) and the resume value (`ApprovalResume`) are the
+contract with the server, typed in graphs/approval.py.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from graphs.approval import (
+    DECISIONS,
+    ApprovalCall,
+    ApprovalRequest,
+    CallDecision,
+    RequestKind,
+)
 from graphs.context import RunContext
 from graphs.state import AgentState
 from tools.policy import PreparedCall, Toolbox, prepare
 
-DecisionKind = Literal["approve", "reject", "edit"]
-DECISIONS: frozenset[str] = frozenset({"approve", "reject", "edit"})
 
-
-def run_toolbox(context: RunContext) -> Toolbox:
+def toolbox_of(context: RunContext) -> Toolbox:
     """Return the run's toolbox; without one, the context's tools under default policy."""
     if context.toolbox is not None:
         return context.toolbox
@@ -65,13 +64,13 @@ def pending_approvals(state: AgentState, toolbox: Toolbox) -> list[PreparedCall]
 
 
 def decision_request(
-    kind: Literal["approval", "in_doubt"],
+    kind: RequestKind,
     toolbox: Toolbox,
     calls: list[PreparedCall],
     reasons: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> ApprovalRequest:
     """Build the interrupt value asking a human to decide on `calls`."""
-    items = []
+    items: list[ApprovalCall] = []
     for call in calls:
         spec = call.spec
         override = toolbox.override(call.name)
@@ -93,15 +92,15 @@ def decision_request(
     return {"kind": kind, "calls": items}
 
 
-def read_decisions(answer: Any, calls: list[PreparedCall]) -> dict[str, dict[str, Any]]:
-    """Parse a resume value; a call left without a valid decision counts as rejected."""
+def read_decisions(answer: Any, calls: list[PreparedCall]) -> dict[str, CallDecision]:
+    """Parse a resume value (`ApprovalResume`); a call without a valid decision is rejected."""
     given = answer.get("decisions", {}) if isinstance(answer, dict) else {}
-    out = {}
+    out: dict[str, CallDecision] = {}
     for call in calls:
         decision = given.get(call.call_id)
         if not isinstance(decision, dict) or decision.get("decision") not in DECISIONS:
             decision = {"decision": "reject", "reason": "no decision was given"}
-        out[call.call_id] = dict(decision)
+        out[call.call_id] = cast(CallDecision, dict(decision))
     return out
 
 
@@ -112,7 +111,7 @@ async def await_approval(state: AgentState, runtime: Runtime[RunContext]) -> dic
     decisions instead of raising.
     """
     context = runtime.context or RunContext()
-    toolbox = run_toolbox(context)
+    toolbox = toolbox_of(context)
     pending = pending_approvals(state, toolbox)
     if not pending:
         return {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -18,17 +19,18 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from graphs.context import RunContext
+from graphs.events import Emit
 from graphs.state import AgentState
 from nodes.await_approval import (
     decision_request,
     prepare_calls,
     read_decisions,
     run_decisions,
-    run_toolbox,
+    toolbox_of,
 )
 from tools.errors import ToolCallError
-from tools.ledger import Claim
-from tools.pipeline import Emit, ToolResult, budget_for, claim, execute, refuse, replay
+from tools.ledger import Claim, Outcome
+from tools.pipeline import ToolResult, budget_for, claim, execute, refuse, replay
 from tools.policy import PreparedCall, Toolbox, prepare
 
 IN_DOUBT_REASON = (
@@ -37,14 +39,14 @@ IN_DOUBT_REASON = (
 )
 
 
-def _edited(toolbox: Toolbox, call: PreparedCall, decision: dict[str, Any]) -> PreparedCall:
+def _edited(toolbox: Toolbox, call: PreparedCall, decision: Mapping[str, Any]) -> PreparedCall:
     """Return `call` with a reviewer's edited arguments, checked again."""
     edited = prepare(toolbox, call.call_id, call.name, decision.get("args") or {})
     return PreparedCall(edited.call_id, edited.name, edited.args, edited.spec, edited.error)
 
 
 def _with_decision(
-    toolbox: Toolbox, call: PreparedCall, decision: dict[str, Any] | None
+    toolbox: Toolbox, call: PreparedCall, decision: Mapping[str, Any] | None
 ) -> tuple[PreparedCall, list[str]] | ToolCallError:
     """Apply a reviewer's decision: the call to run (and notes for the model), or a refusal."""
     if decision is None:
@@ -106,16 +108,14 @@ async def _decide_in_doubt(
                 else ToolCallError("error", "a newer attempt of this run took the call over")
             )
             result = refuse(toolbox, call, error, emit)
-            await toolbox.ledger.record(
-                toolbox.run_id,
-                call.call_id,
-                toolbox.generation,
-                status="failed",
-                attempts=0,
-                duration_ms=0.0,
+            closed = Outcome(
+                "failed",
+                0,
+                0.0,
                 error=f"not run again: {error.message}",
                 error_type=error.error_type,
             )
+            await toolbox.ledger.store(toolbox.run_id, call.call_id, toolbox.generation, closed)
         else:
             prepared, notes = outcome
             notes = ["[this call was interrupted by a crash; a person had it run again]", *notes]
@@ -129,7 +129,7 @@ async def _decide_in_doubt(
 async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Run every tool call of the last model turn and append one ToolMessage per call."""
     context = runtime.context or RunContext()
-    toolbox = run_toolbox(context)
+    toolbox = toolbox_of(context)
     emit: Emit = runtime.stream_writer
     last = state["messages"][-1]
     assert isinstance(last, AIMessage)

@@ -50,7 +50,7 @@ def _walk(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def classify(exc: BaseException) -> ErrorType:
+def error_type_of(exc: BaseException) -> ErrorType:
     """Name the failure class of an exception raised while executing a tool."""
     for leaf in _walk(exc):
         if isinstance(leaf, ToolCallError):

@@ -12,9 +12,10 @@ record its outcome, so a stale worker cannot overwrite a newer attempt's result.
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -56,16 +57,34 @@ def idempotency_key(run_id: str, tool_call_id: str) -> str:
     return f"agentrt-{digest[:40]}"
 
 
-class ToolLedger(Protocol):
+@dataclass(frozen=True)
+class Outcome:
+    """How a claimed call ended, as the ledger stores it (`output` or `error`, by status)."""
+
+    status: Literal["completed", "failed"]
+    attempts: int
+    duration_ms: float
+    output: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+
+class ToolLedger(ABC):
     """Where tool outcomes are kept. `PostgresToolLedger` in production."""
 
+    @abstractmethod
     async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
         """Insert `entry` as started unless a row exists; return what was found."""
-        ...
 
+    @abstractmethod
     async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
         """Make an in-doubt row this attempt's (to run it again); False if someone else did."""
-        ...
+
+    @abstractmethod
+    async def store(
+        self, run_id: str, tool_call_id: str, generation: int, outcome: Outcome
+    ) -> bool:
+        """Store the outcome of a call; False when the row is no longer this attempt's."""
 
     async def record(
         self,
@@ -80,17 +99,19 @@ class ToolLedger(Protocol):
         error: str | None = None,
         error_type: str | None = None,
     ) -> bool:
-        """Store the outcome; False when the row is no longer this attempt's."""
-        ...
+        """Store an outcome given field by field (see `store`)."""
+        outcome = Outcome(status, attempts, duration_ms, output, error, error_type)
+        return await self.store(run_id, tool_call_id, generation, outcome)
 
 
-class InMemoryToolLedger:
+class InMemoryToolLedger(ToolLedger):
     """A ledger in a dict: for unit tests and for running the graph without a database."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], LedgerEntry] = {}
 
     async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+        """Insert `entry` as started unless a row exists; return what was found."""
         key = (entry.run_id, entry.tool_call_id)
         found = self.rows.get(key)
         if found is None:
@@ -99,6 +120,7 @@ class InMemoryToolLedger:
         return _classify(found, entry.generation), found
 
     async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
+        """Make an in-doubt row this attempt's (to run it again); False if someone else did."""
         found = self.rows.get((run_id, tool_call_id))
         if found is None or found.status != "started" or found.generation >= generation:
             return False
@@ -107,30 +129,21 @@ class InMemoryToolLedger:
         )
         return True
 
-    async def record(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        generation: int,
-        *,
-        status: Literal["completed", "failed"],
-        attempts: int,
-        duration_ms: float,
-        output: str | None = None,
-        error: str | None = None,
-        error_type: str | None = None,
+    async def store(
+        self, run_id: str, tool_call_id: str, generation: int, outcome: Outcome
     ) -> bool:
+        """Store the outcome of a call; False when the row is no longer this attempt's."""
         found = self.rows.get((run_id, tool_call_id))
         if found is None or found.status != "started" or found.generation != generation:
             return False
         self.rows[(run_id, tool_call_id)] = replace(
             found,
-            status=status,
-            attempts=found.attempts + attempts,
-            duration_ms=duration_ms,
-            output=output,
-            error=error,
-            error_type=error_type,
+            status=outcome.status,
+            attempts=found.attempts + outcome.attempts,
+            duration_ms=outcome.duration_ms,
+            output=outcome.output,
+            error=outcome.error,
+            error_type=outcome.error_type,
         )
         return True
 
@@ -163,7 +176,7 @@ WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'star
 """
 
 
-class PostgresToolLedger:
+class PostgresToolLedger(ToolLedger):
     """The ledger in the `tool_ledger` table (server migration 0003), over the server's pool.
 
     The tool runtime owns these statements; the server only creates the table and hands the
@@ -175,6 +188,7 @@ class PostgresToolLedger:
         self._tenant_id = tenant_id
 
     async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+        """Insert `entry` as started unless a row exists; return what was found."""
         async with self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
@@ -211,6 +225,7 @@ class PostgresToolLedger:
         return _classify(found, entry.generation), found
 
     async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
+        """Make an in-doubt row this attempt's (to run it again); False if someone else did."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _TAKE_OVER,
@@ -218,19 +233,10 @@ class PostgresToolLedger:
             )
             return bool(cur.rowcount == 1)
 
-    async def record(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        generation: int,
-        *,
-        status: Literal["completed", "failed"],
-        attempts: int,
-        duration_ms: float,
-        output: str | None = None,
-        error: str | None = None,
-        error_type: str | None = None,
+    async def store(
+        self, run_id: str, tool_call_id: str, generation: int, outcome: Outcome
     ) -> bool:
+        """Store the outcome of a call; False when the row is no longer this attempt's."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _RECORD,
@@ -238,12 +244,12 @@ class PostgresToolLedger:
                     "run_id": run_id,
                     "tool_call_id": tool_call_id,
                     "generation": generation,
-                    "status": status,
-                    "attempts": attempts,
-                    "output": output,
-                    "error": error,
-                    "error_type": error_type,
-                    "duration_ms": duration_ms,
+                    "status": outcome.status,
+                    "attempts": outcome.attempts,
+                    "output": outcome.output,
+                    "error": outcome.error,
+                    "error_type": outcome.error_type,
+                    "duration_ms": outcome.duration_ms,
                 },
             )
             return bool(cur.rowcount == 1)

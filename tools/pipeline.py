@@ -11,23 +11,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 
-from tools.errors import RETRYABLE, ErrorType, ToolCallError, classify, describe
+from graphs.events import (
+    Emit,
+    EventType,
+    ToolCompleted,
+    ToolFailed,
+    ToolFinished,
+    ToolStarted,
+)
+from tools.errors import RETRYABLE, ErrorType, ToolCallError, describe, error_type_of
 from tools.isolation import forkserver_ready, run_in_process
-from tools.ledger import Claim, LedgerEntry, idempotency_key
+from tools.ledger import Claim, LedgerEntry, Outcome, idempotency_key
 from tools.policy import PreparedCall, Toolbox
 from tools.spec import ToolCallContext, ToolSpec
 from tools.validation import check_output, cut_output, redact, render_output
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[dict[str, Any]], None]
 EVENT_OUTPUT_CHARS = 2000
 
 
@@ -68,23 +74,36 @@ class ToolResult:
         )
 
 
-def started_event(toolbox: Toolbox, call: PreparedCall, **extra: Any) -> dict[str, Any]:
+def started_event(
+    toolbox: Toolbox,
+    call: PreparedCall,
+    *,
+    attempt: int | None = None,
+    refused: bool = False,
+    replayed: bool = False,
+) -> ToolStarted:
     """Return the `tool.started` event of a call (arguments redacted)."""
     spec = call.spec
-    return {
-        "event": "tool.started",
+    event: ToolStarted = {
+        "event": EventType.TOOL_STARTED,
         "toolCallId": call.call_id,
         "name": call.name,
         "args": redact(call.args, toolbox.redact_keys(spec)),
         "risk": spec.risk if spec else None,
         "source": spec.source if spec else None,
-        **extra,
     }
+    if attempt is not None:
+        event["attempt"] = attempt
+    if refused:
+        event["refused"] = True
+    if replayed:
+        event["replayed"] = True
+    return event
 
 
-def finished_event(result: ToolResult, budget: int) -> dict[str, Any]:
+def finished_event(result: ToolResult, budget: int) -> ToolCompleted | ToolFailed:
     """Return the `tool.completed` or `tool.failed` event of a result."""
-    common = {
+    common: ToolFinished = {
         "toolCallId": result.call_id,
         "name": result.name,
         "durationMs": round(result.duration_ms, 3),
@@ -94,7 +113,7 @@ def finished_event(result: ToolResult, budget: int) -> dict[str, Any]:
     }
     if result.status == "failed":
         return {
-            "event": "tool.failed",
+            "event": EventType.TOOL_FAILED,
             **common,
             "errorType": result.error_type,
             "retryable": result.error_type in RETRYABLE,
@@ -102,7 +121,7 @@ def finished_event(result: ToolResult, budget: int) -> dict[str, Any]:
         }
     shown, truncated = cut_output(result.output, min(budget, EVENT_OUTPUT_CHARS))
     return {
-        "event": "tool.completed",
+        "event": EventType.TOOL_COMPLETED,
         **common,
         "output": shown,
         "outputChars": len(result.output),
@@ -174,21 +193,39 @@ async def execute(
     """
     spec = call.spec
     assert spec is not None and call.error is None
-    timeout = spec.timeout_s or toolbox.default_timeout_s
-    max_attempts = max(1, spec.retry.max_attempts) if spec.safe_to_rerun else 1
-    key = idempotency_key(toolbox.run_id, call.call_id)
     emit(started_event(toolbox, call, attempt=prior_attempts + 1))
     began = time.perf_counter()
     if spec.cpu_heavy:
         # Outside the timeout: the first call in a process waits for the forkserver to start.
         await forkserver_ready()
+    result, attempts = await _attempts(toolbox, call, spec, emit, prior_attempts)
+    result.duration_ms = (time.perf_counter() - began) * 1000
+    result.attempts = prior_attempts + attempts
+    result.notes = list(notes or [])
+    stored = await toolbox.ledger.store(
+        toolbox.run_id, call.call_id, toolbox.generation, outcome_of(result, attempts)
+    )
+    if not stored:
+        log.warning(
+            "run %s: ledger row of %s belongs to a newer attempt", toolbox.run_id, call.call_id
+        )
+    emit(finished_event(result, toolbox.max_output_chars))
+    return result
+
+
+async def _attempts(
+    toolbox: Toolbox, call: PreparedCall, spec: ToolSpec, emit: Emit, prior_attempts: int
+) -> tuple[ToolResult, int]:
+    """Run the call's attempts until one succeeds or no retry is left; return the attempts."""
+    timeout = spec.timeout_s or toolbox.default_timeout_s
+    max_attempts = max(1, spec.retry.max_attempts) if spec.safe_to_rerun else 1
     attempt = 0
     while True:
         attempt += 1
         context = ToolCallContext(
             run_id=toolbox.run_id,
             tool_call_id=call.call_id,
-            idempotency_key=key,
+            idempotency_key=idempotency_key(toolbox.run_id, call.call_id),
             tenant_id=toolbox.tenant_id,
             user_id=toolbox.user_id,
             attempt=prior_attempts + attempt,
@@ -197,57 +234,47 @@ async def execute(
             async with asyncio.timeout(timeout):
                 value = await _invoke(spec, call.args, context)
             check_output(spec, value)
-            output = render_output(value)
+            return ToolResult(call.call_id, call.name, "completed", render_output(value)), attempt
         except GraphBubbleUp:
             raise
         except Exception as exc:  # every tool failure becomes a result the model reads
-            error_type = classify(exc)
+            error_type = error_type_of(exc)
             message = describe(exc)
             if isinstance(exc, TimeoutError) and error_type == "timeout":
                 message = f"{call.name} did not finish within {timeout:g} s"
-            if error_type in RETRYABLE and attempt < max_attempts:
-                delay = spec.retry.backoff(attempt)
-                emit(
-                    {
-                        "event": "tool.retrying",
-                        "toolCallId": call.call_id,
-                        "name": call.name,
-                        "attempt": attempt,
-                        "errorType": error_type,
-                        "error": message,
-                        "delayMs": round(delay * 1000, 1),
-                    }
-                )
-                await asyncio.sleep(delay)
-                continue
-            if not spec.safe_to_rerun and error_type in RETRYABLE:
-                message += (
-                    "; the outcome is unknown: the call may or may not have taken effect, "
-                    "and it was not retried because the tool cannot be run twice safely"
-                )
-            result = ToolResult(call.call_id, call.name, "failed", message, error_type)
-        else:
-            result = ToolResult(call.call_id, call.name, "completed", output)
-        result.duration_ms = (time.perf_counter() - began) * 1000
-        result.attempts = prior_attempts + attempt
-        result.notes = list(notes or [])
-        stored = await toolbox.ledger.record(
-            toolbox.run_id,
-            call.call_id,
-            toolbox.generation,
-            status=result.status,
-            attempts=attempt,
-            duration_ms=result.duration_ms,
-            output=result.output if result.status == "completed" else None,
-            error=result.output if result.status == "failed" else None,
-            error_type=result.error_type,
-        )
-        if not stored:
-            log.warning(
-                "run %s: ledger row of %s belongs to a newer attempt", toolbox.run_id, call.call_id
+            if error_type not in RETRYABLE or attempt >= max_attempts:
+                if not spec.safe_to_rerun and error_type in RETRYABLE:
+                    message += (
+                        "; the outcome is unknown: the call may or may not have taken effect, "
+                        "and it was not retried because the tool cannot be run twice safely"
+                    )
+                return ToolResult(call.call_id, call.name, "failed", message, error_type), attempt
+            delay = spec.retry.backoff(attempt)
+            emit(
+                {
+                    "event": EventType.TOOL_RETRYING,
+                    "toolCallId": call.call_id,
+                    "name": call.name,
+                    "attempt": attempt,
+                    "errorType": error_type,
+                    "error": message,
+                    "delayMs": round(delay * 1000, 1),
+                }
             )
-        emit(finished_event(result, toolbox.max_output_chars))
-        return result
+            await asyncio.sleep(delay)
+
+
+def outcome_of(result: ToolResult, attempts: int) -> Outcome:
+    """Return the ledger outcome of a result reached in `attempts` attempts."""
+    ok = result.status == "completed"
+    return Outcome(
+        result.status,
+        attempts,
+        result.duration_ms,
+        output=result.output if ok else None,
+        error=None if ok else result.output,
+        error_type=result.error_type,
+    )
 
 
 async def claim(toolbox: Toolbox, call: PreparedCall) -> tuple[Claim, LedgerEntry]:

@@ -80,8 +80,12 @@ def validate_args(spec: ToolSpec, args: Any) -> dict[str, Any]:
     return json.loads(json.dumps(normalised, default=str))  # type: ignore[no-any-return]
 
 
-def redact(value: Any, keys: Collection[str]) -> Any:
-    """Return `value` with the values of `keys` (case-insensitive, at any depth) replaced."""
+def redact(value: Any, keys: Collection[str], *, json_text: bool = False) -> Any:
+    """Return `value` with the values of `keys` (case-insensitive, at any depth) replaced.
+
+    With `json_text`, strings holding a JSON object or array that mention a key are redacted
+    inside too (traces record streamed tool arguments as JSON text).
+    """
     lowered = {k.lower() for k in keys}
     if not lowered:
         return value
@@ -91,9 +95,19 @@ def redact(value: Any, keys: Collection[str]) -> Any:
             return {k: REDACTED if str(k).lower() in lowered else walk(x) for k, x in v.items()}
         if isinstance(v, list):
             return [walk(x) for x in v]
+        if json_text and isinstance(v, str) and v[:1] in ("{", "[") and _mentions(v, lowered):
+            try:
+                return json.dumps(walk(json.loads(v)))
+            except ValueError:
+                return v
         return v
 
     return walk(value)
+
+
+def _mentions(text: str, lowered: Collection[str]) -> bool:
+    folded = text.lower()
+    return any(key in folded for key in lowered)
 
 
 def render_output(value: Any) -> str:

@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -29,13 +29,13 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, mess
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
+from graphs.events import Emit, EventType, ModelCall
 from nodes.errors import ModelCallFailedError
 from nodes.models.breaker import CircuitBreakers
 from nodes.models.faults import ModelCallError, ModelErrorClass, classify
 from nodes.models.normalize import normalize
 from nodes.models.usage import TokenUsage, UsageMeter, money
 
-Emit = Callable[[Any], None]
 # Providers that always end a stream with a finish reason: one without it was cut short.
 _REPORTS_FINISH = frozenset({"openai", "litellm"})
 
@@ -73,6 +73,20 @@ class ModelPolicy:
             return float(wanted) if wanted <= self.retry_after_max_s else None
         ceiling = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (attempt - 1))
         return ceiling / 2 + rng.uniform(0.0, ceiling / 2)
+
+
+@dataclass
+class _Call:
+    """One call of the caller: what is asked, and what it has been through so far."""
+
+    messages: Sequence[BaseMessage]
+    tools: Sequence[BaseTool]
+    emit: Emit
+    step: int
+    attempts: int = 0
+    last: ModelCallError | None = None
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    supersede: list[str] = field(default_factory=list)  # items to close before the next try
 
 
 @dataclass
@@ -120,75 +134,88 @@ class ResilientModelCaller:
             ModelCallFailedError: a non-retryable error, or every model failed or is open.
             BudgetExceededError: the run may not make another call.
         """
-        tried: list[dict[str, Any]] = []
-        attempts = 0
-        last: ModelCallError | None = None
-        pending_supersede: list[str] = []
-        for index, choice in enumerate(self.choices):
+        call = _Call(messages, tools, emit, step)
+        for index in range(len(self.choices)):
             if index > 0:
-                assert last is not None
-                emit(
-                    {
-                        "event": "model.fallback",
-                        "fromModel": self.choices[index - 1].model_id,
-                        "toModel": choice.model_id,
-                        "errorClass": last.error_class.value,
-                        "statusCode": last.status_code,
-                        "supersedes": pending_supersede,
-                    }
+                self._fall_back(call, index)
+            answer = await self._call_model(call, index)
+            if answer is not None:
+                return answer
+        assert call.last is not None
+        raise self._failure(call.last, call.attempts, call.tried)
+
+    def _fall_back(self, call: _Call, index: int) -> None:
+        assert call.last is not None
+        call.emit(
+            {
+                "event": EventType.MODEL_FALLBACK,
+                "fromModel": self.choices[index - 1].model_id,
+                "toModel": self.choices[index].model_id,
+                "errorClass": call.last.error_class.value,
+                "statusCode": call.last.status_code,
+                "supersedes": call.supersede,
+            }
+        )
+        call.supersede = []
+
+    async def _call_model(self, call: _Call, index: int) -> AIMessage | None:
+        """Try `choices[index]` until it answers, or return None when it is given up on."""
+        choice = self.choices[index]
+        made = 0
+        for attempt in range(1, self.policy.max_attempts + 1):
+            self.meter.check_budget()
+            if self.breakers is not None and not self.breakers.admit(choice.model_id):
+                call.last = ModelCallError(
+                    ModelErrorClass.CIRCUIT_OPEN,
+                    f"the circuit of {choice.model_id} is open after repeated failures",
+                    provider=choice.provider,
+                    model=choice.name,
                 )
-                pending_supersede = []
-            made = 0
-            for attempt in range(1, self.policy.max_attempts + 1):
-                self.meter.check_budget()
-                if self.breakers is not None and not self.breakers.admit(choice.model_id):
-                    last = ModelCallError(
-                        ModelErrorClass.CIRCUIT_OPEN,
-                        f"the circuit of {choice.model_id} is open after repeated failures",
-                        provider=choice.provider,
-                        model=choice.name,
-                    )
-                    break
-                attempts += 1
-                made += 1
-                result = await self._attempt(choice, messages, tools)
-                self._record(emit, choice, result, step=step, attempt=attempt, fallback=index)
-                if result.message is not None:
-                    if self.breakers is not None:
-                        self.breakers.succeeded(choice.model_id)
-                    return result.message
-                error = result.error
-                assert error is not None
-                last = error
-                if self.breakers is not None and error.retryable:
-                    self.breakers.failed(choice.model_id)
-                if not error.retryable:
-                    tried.append(self._tried(choice, made, error))
-                    raise self._failure(error, attempts, tried)
-                if result.streamed_items and not self.policy.retry_after_partial:
-                    tried.append(self._tried(choice, made, error))
-                    raise self._failure(error, attempts, tried, partial=True)
-                pending_supersede = result.streamed_items
-                delay = self.policy.delay(attempt, error, self.rng)
-                if attempt == self.policy.max_attempts or delay is None:
-                    break
-                emit(
-                    {
-                        "event": "model.retry",
-                        "model": choice.model_id,
-                        "attempt": attempt,
-                        "errorClass": error.error_class.value,
-                        "statusCode": error.status_code,
-                        "delayS": round(delay, 3),
-                        "supersedes": pending_supersede,
-                    }
-                )
-                pending_supersede = []
-                await asyncio.sleep(delay)
-            assert last is not None
-            tried.append(self._tried(choice, made, last))
-        assert last is not None
-        raise self._failure(last, attempts, tried)
+                break
+            call.attempts += 1
+            made += 1
+            result = await self._attempt(choice, call.messages, call.tools)
+            self._record(call, choice, result, attempt=attempt, fallback=index)
+            if result.message is not None:
+                if self.breakers is not None:
+                    self.breakers.succeeded(choice.model_id)
+                return result.message
+            error = result.error
+            assert error is not None
+            call.last = error
+            if self.breakers is not None and error.retryable:
+                self.breakers.failed(choice.model_id)
+            partial = bool(result.streamed_items) and not self.policy.retry_after_partial
+            if not error.retryable or partial:
+                call.tried.append(self._tried(choice, made, error))
+                # Only a retryable error can be refused a retry for having streamed already.
+                raise self._failure(error, call.attempts, call.tried, partial=error.retryable)
+            call.supersede = result.streamed_items
+            delay = self.policy.delay(attempt, error, self.rng)
+            if attempt == self.policy.max_attempts or delay is None:
+                break
+            self._retry(call, choice, attempt, error, delay)
+            await asyncio.sleep(delay)
+        assert call.last is not None
+        call.tried.append(self._tried(choice, made, call.last))
+        return None
+
+    @staticmethod
+    def _retry(
+        call: _Call, choice: ModelChoice, attempt: int, error: ModelCallError, delay: float
+    ) -> None:
+        call.emit(
+            {
+                "event": EventType.MODEL_RETRY,
+                "model": choice.model_id,
+                "attempt": attempt,
+                "errorClass": error.error_class.value,
+                "statusCode": error.status_code,
+                "delayS": round(delay, 3),
+                "supersedes": call.supersede,
+            }
+        )
+        call.supersede = []
 
     async def _attempt(
         self, choice: ModelChoice, messages: Sequence[BaseMessage], tools: Sequence[BaseTool]
@@ -264,65 +291,56 @@ class ResilientModelCaller:
         return message, None
 
     def _record(
-        self,
-        emit: Emit,
-        choice: ModelChoice,
-        result: _Attempt,
-        *,
-        step: int,
-        attempt: int,
-        fallback: int,
+        self, call: _Call, choice: ModelChoice, result: _Attempt, *, attempt: int, fallback: int
     ) -> None:
-        ok = result.message is not None
-        usage = TokenUsage.from_message(result.message) if result.message else TokenUsage()
+        """Count the attempt in the run's totals and emit its `usage` event (a ledger row)."""
+        message, error = result.message, result.error
+        usage = TokenUsage.from_message(message) if message else TokenUsage()
         cost = (
-            self.meter.price(choice.provider, choice.name, choice.model_id, usage) if ok else None
+            self.meter.price(choice.provider, choice.name, choice.model_id, usage)
+            if message is not None
+            else None
         )
-        totals = self.meter.add_call(usage, cost, ok=ok)
+        totals = self.meter.add_call(usage, cost, ok=message is not None)
         call_id = f"mc_{time.time_ns() // 1_000_000:012x}{uuid.uuid4().hex[:20]}"
-        call: dict[str, Any] = {
+        finish_reason = None
+        if message is not None:
+            totals.tool_calls += len(message.tool_calls)
+            normal = normalize(message)
+            finish_reason = normal.finish_reason
+            message.response_metadata["agentrt"] = {
+                "callId": call_id,
+                "modelId": choice.model_id,
+                "attempt": attempt,
+                **normal.summary(),
+            }
+        reported = usage.reported
+        row: ModelCall = {
             "callId": call_id,
-            "step": step,
+            "step": call.step,
             "attempt": attempt,
             "modelId": choice.model_id,
             "provider": choice.provider,
             "model": choice.name,
             "requestedModel": self.choices[0].model_id,
             "fallbackIndex": fallback,
-            "status": "ok" if ok else "failed",
+            "status": "ok" if message is not None else "failed",
             "latencyMs": round(result.latency_ms, 3),
             "ttftMs": None if result.ttft_ms is None else round(result.ttft_ms, 3),
+            "itemId": message.id if message is not None else None,
+            "finishReason": finish_reason,
+            "inputTokens": usage.input_tokens if reported else None,
+            "outputTokens": usage.output_tokens if reported else None,
+            "cachedInputTokens": usage.cached_input_tokens if reported else None,
+            "reasoningTokens": usage.reasoning_tokens if reported else None,
+            "totalTokens": usage.total_tokens if reported else None,
+            "cost": money(cost.total) if cost else None,
+            "priceSource": cost.source if cost else None,
+            "errorClass": error.error_class.value if error else None,
+            "statusCode": error.status_code if error else None,
+            "error": error.message[:500] if error else None,
         }
-        if result.message is not None:
-            totals.tool_calls += len(result.message.tool_calls)
-            normal = normalize(result.message)
-            result.message.response_metadata["agentrt"] = {
-                "callId": call_id,
-                "modelId": choice.model_id,
-                "attempt": attempt,
-                **normal.summary(),
-            }
-            call["itemId"] = result.message.id
-            call["finishReason"] = normal.finish_reason
-        else:
-            call["itemId"] = call["finishReason"] = None
-        tokens: dict[str, int | None] = {
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "cachedInputTokens": usage.cached_input_tokens,
-            "reasoningTokens": usage.reasoning_tokens,
-            "totalTokens": usage.total_tokens,
-        }
-        if not usage.reported:
-            tokens = dict.fromkeys(tokens)
-        call.update(tokens)
-        call["cost"] = money(cost.total) if cost else None
-        call["priceSource"] = cost.source if cost else None
-        error = result.error
-        call["errorClass"] = error.error_class.value if error else None
-        call["statusCode"] = error.status_code if error else None
-        call["error"] = error.message[:500] if error else None
-        emit({"event": "usage", "call": call, "totals": totals.to_json()})
+        call.emit({"event": EventType.USAGE, "call": row, "totals": totals.to_json()})
 
     @staticmethod
     def _tried(choice: ModelChoice, attempts: int, error: ModelCallError) -> dict[str, Any]:

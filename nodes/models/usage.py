@@ -64,7 +64,8 @@ class CallCost:
 Pricer = Callable[[str, str, str, TokenUsage], CallCost | None]
 
 
-def _money(value: Decimal | None) -> str | None:
+def money(value: Decimal | None) -> str | None:
+    """Render money as a plain decimal string (no exponent), or None."""
     return None if value is None else format(value.normalize(), "f")
 
 
@@ -100,8 +101,8 @@ class RunTotals:
             "cachedInputTokens": self.cached_input_tokens,
             "reasoningTokens": self.reasoning_tokens,
             "totalTokens": self.total_tokens,
-            "cost": _money(self.cost),
-            "knownCost": _money(self.known_cost),
+            "cost": money(self.cost),
+            "knownCost": money(self.known_cost),
             "unpricedCalls": self.unpriced_calls,
             "modelCalls": self.model_calls,
             "failedModelCalls": self.failed_model_calls,
@@ -138,7 +139,7 @@ class Budget:
         """Render for events and the run record."""
         return {
             "maxTokens": self.max_tokens,
-            "maxCost": _money(self.max_cost),
+            "maxCost": money(self.max_cost),
             "maxModelCalls": self.max_model_calls,
         }
 
@@ -195,8 +196,3 @@ class UsageMeter:
         elif ok:
             t.unpriced_calls += 1
         return t
-
-
-def money(value: Decimal | None) -> str | None:
-    """Render money as a plain decimal string (no exponent), or None."""
-    return _money(value)

@@ -15,9 +15,9 @@ from typing import Any, TextIO
 
 import httpx
 
+from graphs.events import TERMINAL_EVENTS
 from server.client.errors import ClientError
 
-TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 # Tool failures that mean the call was never executed (errorType, tools/errors.py).
 REFUSALS = {"unknown_tool", "invalid_arguments", "forbidden", "permission_denied", "rejected"}
 # How long `follow` keeps trying to reach a server that went away (a restart, a deploy).
@@ -199,14 +199,14 @@ async def follow(
 
     down_since: float | None = None
     loop = asyncio.get_running_loop()
-    while last_type not in TERMINAL:
+    while last_type not in TERMINAL_EVENTS:
         try:
             before, after = after, await _stream_once(client, run_id, after, track)
             down_since = None
-            if after == before and last_type not in TERMINAL:
+            if after == before and last_type not in TERMINAL_EVENTS:
                 # The stream ended with nothing new (a server shutting down ends its streams).
                 status = check(await client.get(f"/api/runs/{run_id}"))["status"]
-                if f"run.{status}" in TERMINAL:
+                if f"run.{status}" in TERMINAL_EVENTS:
                     return f"run.{status}"
                 await asyncio.sleep(1.0)
             continue

@@ -8,29 +8,29 @@ atomically (one statement, or one transaction when the row must be read first).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
+from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
-from server.usage.ledger import USAGE_EVENT, store_model_calls
 
-EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
-RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
 
 
 @dataclass
 class NewEvent:
     """An event before it is stored: `seq` and `ts` are given at append time."""
 
-    type: str
-    data: dict[str, Any] = field(default_factory=dict)
+    type: EventType
+    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -39,13 +39,21 @@ class StoredEvent:
 
     run_id: str
     seq: int
-    type: str
+    type: EventType
     ts: datetime
-    data: dict[str, Any]
+    data: Mapping[str, Any]
 
-    def to_json(self) -> str:
-        """Serialise as the wire format `{"seq","type","runId","ts","data"}`."""
-        return encode_event(self.run_id, self.seq, self.type, self.ts, json.dumps(self.data))
+
+@dataclass(frozen=True)
+class StoreHook:
+    """Rows kept beside the log: written with the events of `types`, in their transaction.
+
+    The log knows nothing of those rows; the appender (a worker storing `usage` events, whose
+    model-call rows the usage ledger writes) hands the hook in.
+    """
+
+    types: frozenset[EventType]
+    store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
 
 
 def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
@@ -132,6 +140,7 @@ WITH moved AS ({_MOVE}), stored AS (
 )
 SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
 """
+_RUN_STARTED = EventType.RUN_STARTED  # looked up once: the fold runs for every event
 # Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
 _STATEMENT_MAX = 64
 
@@ -144,6 +153,7 @@ async def append_events(
     generation: int | None = None,
     head: RunHead | None = None,
     extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+    hooks: Sequence[StoreHook] = (),
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Append `events` to the run's log atomically and return the new head.
 
@@ -158,6 +168,7 @@ async def append_events(
             statement; otherwise the row is locked and read first.
         extra: Runs in the same transaction after the events are stored (e.g. store the
             assistant message together with `run.completed`).
+        hooks: Write rows derived from events of their types in the same transaction.
 
     Raises:
         LeaseLostError: `generation` is no longer the run's lease generation.
@@ -165,43 +176,73 @@ async def append_events(
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
     if head is not None and extra is None:
-        return await _append(conn, head, events, generation)
+        return await _append(conn, head, events, generation, hooks)
     async with conn.transaction():
         if head is None:
             head = await load_head(conn, run_id, lock=True)
             if generation is not None and head.generation != generation:
                 raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
-        new_head, stored = await _append(conn, head, events, generation)
+        new_head, stored = await _append(conn, head, events, generation, hooks)
         if extra is not None:
             await extra(conn, new_head)
     return new_head, stored
 
 
 async def _append(
-    conn: Conn, head: RunHead, events: list[NewEvent], generation: int | None
+    conn: Conn,
+    head: RunHead,
+    events: list[NewEvent],
+    generation: int | None,
+    hooks: Sequence[StoreHook],
 ) -> tuple[RunHead, list[StoredEvent]]:
-    run_id = head.run_id
     if is_terminal(head.status):
-        raise RunFinishedError(run_id, head.status)
+        raise RunFinishedError(head.run_id, head.status)
+    now = datetime.now(UTC)
+    new, stored = _fold(head, events, now)
+    params = _params(head, new, stored, generation, now)
+    # Events that hooks write rows for take the transactional path below.
+    hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
+    hooked = [(h, found) for h, found in hooked if found]
+    if len(stored) <= _STATEMENT_MAX and not hooked:
+        cur = await conn.execute(_APPEND, params)
+        row = await cur.fetchone()
+        moved = row is not None and row["moved"] == 1
+    else:
+        moved = await _append_in_transaction(conn, params, stored, hooked)
+    if not moved:
+        raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
+    return new, stored
+
+
+def _fold(
+    head: RunHead, events: list[NewEvent], now: datetime
+) -> tuple[RunHead, list[StoredEvent]]:
+    """Give `events` their seq values and fold them into a copy of the head's snapshot."""
     # A copy, so that a failed append leaves the caller's cached head untouched.
     snapshot = copy_snapshot(head.snapshot)
-    now = datetime.now(UTC)
     stored: list[StoredEvent] = []
     seq = head.seq
     attempt = head.attempt
     for event in events:
         seq += 1
-        if event.type == "run.started":
+        if event.type == _RUN_STARTED:
             attempt = event.data.get("attempt", attempt)
         apply_event(snapshot, seq, event.type, event.data)
-        stored.append(StoredEvent(run_id, seq, event.type, now, event.data))
-    status = snapshot["status"]
-    failed = next((e for e in reversed(stored) if e.type == "run.failed"), None)
-    # Usage events also write ledger rows, so they take the transactional path below.
-    usage_changed = any(e.type == USAGE_EVENT for e in stored)
-    params = {
-        "seq": seq,
-        "snapshot": Jsonb(snapshot),
+        stored.append(StoredEvent(head.run_id, seq, event.type, now, event.data))
+    new = RunHead(head.run_id, seq, snapshot["status"], attempt, snapshot, head.generation)
+    return new, stored
+
+
+def _params(
+    head: RunHead, new: RunHead, stored: list[StoredEvent], generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """Return the parameters of the append's statements (`_MOVE`, `_APPEND`)."""
+    status = new.status
+    failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
+    usage_changed = any(e.type == EventType.USAGE for e in stored)
+    return {
+        "seq": new.seq,
+        "snapshot": Jsonb(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "release": is_terminal(status)
@@ -209,33 +250,27 @@ async def _append(
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,
-        "usage": Jsonb(snapshot.get("usage", {})) if usage_changed else None,
-        "id": run_id,
+        "usage": Jsonb(new.snapshot.get("usage", {})) if usage_changed else None,
+        "id": head.run_id,
         "prev": head.seq,
         "generation": generation,
         "ts": now,
-        "attempt": attempt,
+        "attempt": new.attempt,
         "seqs": [e.seq for e in stored],
-        "types": [e.type for e in stored],
+        "types": [str(e.type) for e in stored],
         "datas": [json.dumps(e.data) for e in stored],
         "events_channel": EVENTS_CHANNEL,
-        "payload": f"{run_id}:{seq}",
+        "payload": f"{head.run_id}:{new.seq}",
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
-    if len(stored) <= _STATEMENT_MAX and not usage_changed:
-        cur = await conn.execute(_APPEND, params)
-        row = await cur.fetchone()
-        moved = row is not None and row["moved"] == 1
-    else:
-        moved = await _append_in_transaction(conn, params, stored)
-    if not moved:
-        raise LeaseLostError(f"run {run_id}: appended to by someone else")
-    return RunHead(run_id, seq, status, attempt, snapshot, head.generation), stored
 
 
 async def _append_in_transaction(
-    conn: Conn, params: dict[str, Any], stored: list[StoredEvent]
+    conn: Conn,
+    params: dict[str, Any],
+    stored: list[StoredEvent],
+    hooked: list[tuple[StoreHook, list[StoredEvent]]],
 ) -> bool:
     async with conn.transaction(), conn.cursor() as cur:
         await cur.execute(_MOVE, params)
@@ -247,15 +282,18 @@ async def _append_in_transaction(
             "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
         ) as copy:
             for ev, data in zip(stored, params["datas"], strict=True):
-                await copy.write_row((ev.run_id, ev.seq, ev.type, ev.ts, params["attempt"], data))
-        await store_model_calls(cur, stored[0].run_id, stored)
+                await copy.write_row(
+                    (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
+                )
+        for hook, found in hooked:
+            await hook.store(cur, params["id"], found)
         await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
         if params["queued"]:
             await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
     return True
 
 
-def error_details(data: dict[str, Any]) -> dict[str, Any]:
+def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return what a `run.failed` event says beyond its type and message."""
     return {k: v for k, v in data.items() if k not in ("errorType", "message")}
 

@@ -15,12 +15,9 @@ from typing import Any
 
 import psycopg
 
-from server.events.log import EVENTS_CHANNEL, RUNS_CHANNEL
+from server.events.channels import CHANNELS, EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
-
-CANCEL_CHANNEL = "agentrt_cancel"  # payload: run id
-PAUSE_CHANNEL = "agentrt_pause"  # payload: run id
 
 
 class Notifier:
@@ -84,7 +81,7 @@ class Notifier:
 
     async def _notifications(self) -> AsyncIterator[tuple[str, str]]:
         async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
-            for channel in (EVENTS_CHANNEL, RUNS_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
+            for channel in CHANNELS:
                 await conn.execute(f"LISTEN {channel}")
             self.connected.set()
             # Anything notified while we were away is unknown: everyone looks again.

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langgraph.types import StreamMode
 
+from graphs.events import EventType, MessageItemCompleted
+
+log = logging.getLogger(__name__)
+
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 REPLAYED = "~replayed"  # suffix of the item id of an answer re-emitted from a checkpoint
+ClosedStatus = Literal["superseded", "interrupted"]
+_TYPES = frozenset(EventType)
 
 
-class Emit(Protocol):
-    def __call__(self, kind: str, data: dict[str, Any] | None = None) -> None: ...
+class EventSink(Protocol):
+    """Where projected events go: the run's `EventWriter.emit`."""
+
+    def __call__(self, kind: EventType, data: Mapping[str, Any] | None = None) -> None:
+        """Queue event `kind` with payload `data`."""
 
 
 class StreamProjector:
@@ -25,7 +36,7 @@ class StreamProjector:
     retried or falling back after part of its answer streamed; docs/events.md).
     """
 
-    def __init__(self, emit: Emit, logged: dict[str, str] | None = None) -> None:
+    def __init__(self, emit: EventSink, logged: dict[str, str] | None = None) -> None:
         self._emit = emit
         self._open: dict[str, list[str]] = {}
         # Items earlier attempts logged, by status: an answer LangGraph re-outputs on resume
@@ -45,12 +56,18 @@ class StreamProjector:
                         if isinstance(message, AIMessage):
                             self._complete(message, node)
         elif mode == "custom" and isinstance(chunk, dict) and "event" in chunk:
-            data = dict(chunk)
-            kind = data.pop("event")
-            superseded = data.pop("supersedes", None)
-            if superseded:
-                self.supersede_items(superseded, kind)
-            self._emit(kind, data)
+            self._custom(dict(chunk))
+
+    def _custom(self, data: dict[str, Any]) -> None:
+        kind = data.pop("event")
+        if kind not in _TYPES:
+            # Other code in a node may write to the stream too; only our vocabulary is stored.
+            log.warning("not stored: custom stream event of unknown type %r", kind)
+            return
+        superseded = data.pop("supersedes", None)
+        if superseded:
+            self.supersede_items(superseded, kind)
+        self._emit(EventType(kind), data)
 
     def replay_missing(
         self, messages: list[BaseMessage], since_id: str, recorded: set[str]
@@ -82,11 +99,11 @@ class StreamProjector:
         for item_id in lost:
             self._logged[item_id] = "superseded"
             self._emit(
-                "message.item.completed",
+                EventType.MESSAGE_ITEM_COMPLETED,
                 {"itemId": item_id, "status": "superseded", "reason": "attempt not checkpointed"},
             )
 
-    def close_open_items(self, status: str, reason: str) -> None:
+    def close_open_items(self, status: ClosedStatus, reason: str) -> None:
         """Close every item still streaming with `status`.
 
         `superseded`: a retry replaces the text and clients drop it. `interrupted`: the run
@@ -98,16 +115,19 @@ class StreamProjector:
         """Close the named items that are still streaming as `superseded`."""
         self.close_items(item_ids, "superseded", reason)
 
-    def close_items(self, item_ids: list[str], status: str, reason: str) -> None:
+    def close_items(self, item_ids: list[str], status: ClosedStatus, reason: str) -> None:
         """Close the named items that are still streaming with `status`."""
         for item_id in item_ids:
             parts = self._open.pop(item_id, None)
             if parts is None:
                 continue
-            self._emit(
-                "message.item.completed",
-                {"itemId": item_id, "status": status, "text": "".join(parts), "reason": reason},
-            )
+            closed: MessageItemCompleted = {
+                "itemId": item_id,
+                "status": status,
+                "text": "".join(parts),
+                "reason": reason,
+            }
+            self._emit(EventType.MESSAGE_ITEM_COMPLETED, closed)
 
     def _delta(self, message: AIMessageChunk, node: str | None) -> None:
         text = message.text
@@ -115,11 +135,14 @@ class StreamProjector:
             return
         if message.id not in self._open:
             self._open[message.id] = []
-            self._emit(
-                "message.item.created", {"itemId": message.id, "role": "assistant", "node": node}
-            )
+            self._created(message.id, node)
         self._open[message.id].append(text)
-        self._emit("message.item.delta", {"itemId": message.id, "delta": text})
+        self._emit(EventType.MESSAGE_ITEM_DELTA, {"itemId": message.id, "delta": text})
+
+    def _created(self, item_id: str, node: str | None) -> None:
+        self._emit(
+            EventType.MESSAGE_ITEM_CREATED, {"itemId": item_id, "role": "assistant", "node": node}
+        )
 
     def _complete(self, message: BaseMessage, node: str) -> None:
         item_id = message.id or ""
@@ -134,13 +157,11 @@ class StreamProjector:
             self._logged[item_id] = "completed"
             # Not streamed (the model answered in one piece): still one delta, so that
             # clients that rebuild text from deltas see all of it.
-            self._emit(
-                "message.item.created", {"itemId": item_id, "role": "assistant", "node": node}
-            )
-            self._emit("message.item.delta", {"itemId": item_id, "delta": message.text})
+            self._created(item_id, node)
+            self._emit(EventType.MESSAGE_ITEM_DELTA, {"itemId": item_id, "delta": message.text})
             parts = [message.text]
         tool_calls = getattr(message, "tool_calls", [])
-        data: dict[str, Any] = {
+        data: MessageItemCompleted = {
             "itemId": item_id,
             "status": "completed",
             "text": "".join(parts),
@@ -153,7 +174,7 @@ class StreamProjector:
             data["finishReason"] = served.get("finishReason")
             if served.get("reasoning"):
                 data["reasoning"] = served["reasoning"]
-        self._emit("message.item.completed", data)
+        self._emit(EventType.MESSAGE_ITEM_COMPLETED, data)
 
 
 def replayed_id(message_id: str | None) -> str:

@@ -6,21 +6,25 @@ the same transaction that stores the event, so the stored snapshot and the log a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from graphs.events import EventType
 from server.domain import RunStatus, check_transition
 
 Snapshot = dict[str, Any]
+Data = Mapping[str, Any]
+E = EventType
 
-_STATUS_BY_EVENT = {
-    "run.created": RunStatus.QUEUED,
-    "run.started": RunStatus.RUNNING,
-    "run.requeued": RunStatus.QUEUED,
-    "approval.required": RunStatus.WAITING_USER,
-    "run.completed": RunStatus.COMPLETED,
-    "run.failed": RunStatus.FAILED,
-    "run.cancelled": RunStatus.CANCELLED,
-    "run.paused": RunStatus.PAUSED,
+_STATUS_BY_EVENT: dict[str, RunStatus] = {
+    E.RUN_CREATED: RunStatus.QUEUED,
+    E.RUN_STARTED: RunStatus.RUNNING,
+    E.RUN_REQUEUED: RunStatus.QUEUED,
+    E.APPROVAL_REQUIRED: RunStatus.WAITING_USER,
+    E.RUN_COMPLETED: RunStatus.COMPLETED,
+    E.RUN_FAILED: RunStatus.FAILED,
+    E.RUN_CANCELLED: RunStatus.CANCELLED,
+    E.RUN_PAUSED: RunStatus.PAUSED,
 }
 ITEM_SEPARATOR = "\n\n"
 
@@ -63,101 +67,164 @@ def _find(rows: list[Any], key: str, value: str) -> Any:
     return None
 
 
-_TOOL_EVENTS = frozenset({"tool.started", "tool.completed", "tool.failed"})
-_MOVES_STATUS = frozenset(_STATUS_BY_EVENT) | _TOOL_EVENTS | {"approval.resolved", "run.resumed"}
+def _pending(snap: Snapshot) -> bool:
+    return any(a["status"] == "pending" for a in snap.get("approvals", []))
 
 
-def _next_status(snap: Snapshot, kind: str) -> RunStatus:
-    current = RunStatus(snap["status"])
-    if kind in _STATUS_BY_EVENT:
-        return _STATUS_BY_EVENT[kind]
-    if kind == "run.resumed":
-        # Back where it waits: for a reviewer while approvals are pending, else for a worker.
-        pending = any(a["status"] == "pending" for a in snap.get("approvals", []))
-        return RunStatus.WAITING_USER if pending else RunStatus.QUEUED
-    if kind == "approval.resolved":
-        waiting = any(a["status"] == "pending" for a in snap.get("approvals", []))
-        return RunStatus.QUEUED if current == RunStatus.WAITING_USER and not waiting else current
-    if kind == "tool.started" and current == RunStatus.RUNNING:
-        return RunStatus.WAITING_TOOL
-    if kind in ("tool.completed", "tool.failed") and current == RunStatus.WAITING_TOOL:
-        tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
-        return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
+def _after_resume(snap: Snapshot, current: RunStatus) -> RunStatus:
+    # Back where it waits: for a reviewer while approvals are pending, else for a worker.
+    return RunStatus.WAITING_USER if _pending(snap) else RunStatus.QUEUED
+
+
+def _after_decision(snap: Snapshot, current: RunStatus) -> RunStatus:
+    if current == RunStatus.WAITING_USER and not _pending(snap):
+        return RunStatus.QUEUED
     return current
 
 
-def apply_event(snap: Snapshot, seq: int, kind: str, data: dict[str, Any]) -> Snapshot:
+def _after_tool_start(snap: Snapshot, current: RunStatus) -> RunStatus:
+    return RunStatus.WAITING_TOOL if current == RunStatus.RUNNING else current
+
+
+def _after_tool_end(snap: Snapshot, current: RunStatus) -> RunStatus:
+    if current != RunStatus.WAITING_TOOL:
+        return current
+    tools_running = any(t["status"] == "running" for t in snap["toolCalls"])
+    return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
+
+
+# Event types whose next status depends on the snapshot (after the event is folded in).
+_STATUS_RULES: dict[str, Callable[[Snapshot, RunStatus], RunStatus]] = {
+    E.RUN_RESUMED: _after_resume,
+    E.APPROVAL_RESOLVED: _after_decision,
+    E.TOOL_STARTED: _after_tool_start,
+    E.TOOL_COMPLETED: _after_tool_end,
+    E.TOOL_FAILED: _after_tool_end,
+}
+
+
+def _next_status(snap: Snapshot, kind: str) -> RunStatus:
+    fixed = _STATUS_BY_EVENT.get(kind)
+    if fixed is not None:
+        return fixed
+    current = RunStatus(snap["status"])
+    rule = _STATUS_RULES.get(kind)
+    return current if rule is None else rule(snap, current)
+
+
+def _run_started(snap: Snapshot, data: Data) -> None:
+    snap["attempt"] = data.get("attempt", snap["attempt"])
+
+
+def _item_created(snap: Snapshot, data: Data) -> None:
+    item = {"itemId": data["itemId"], "role": data.get("role", "assistant")}
+    snap["items"].append({**item, "text": "", "status": "streaming"})
+
+
+def _item_delta(snap: Snapshot, data: Data) -> None:
+    item = _find(snap["items"], "itemId", data["itemId"])
+    if item is not None:
+        item["text"] += data["delta"]
+
+
+def _item_completed(snap: Snapshot, data: Data) -> None:
+    item = _find(snap["items"], "itemId", data["itemId"])
+    if item is not None:
+        item["text"] = data.get("text", item["text"])
+        item["status"] = data.get("status", "completed")
+
+
+def _tool_started(snap: Snapshot, data: Data) -> None:
+    # A replay after a crash starts the same call again: one row per call id.
+    call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
+    if call is None:
+        call = {"toolCallId": data["toolCallId"]}
+        snap["toolCalls"].append(call)
+    call.update({"name": data["name"], "args": data.get("args", {}), "status": "running"})
+    call.pop("error", None)
+
+
+def _tool_completed(snap: Snapshot, data: Data) -> None:
+    call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
+    if call is not None:
+        call["status"] = "completed"
+        call["durationMs"] = data.get("durationMs")
+
+
+def _tool_failed(snap: Snapshot, data: Data) -> None:
+    call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
+    if call is not None:
+        call["status"] = "failed"
+        call["durationMs"] = data.get("durationMs")
+        call["error"] = data.get("error")
+        call["errorType"] = data.get("errorType")
+
+
+def _approval_required(snap: Snapshot, data: Data) -> None:
+    approvals = snap.setdefault("approvals", [])
+    entry = _find(approvals, "approvalId", data["approvalId"])
+    if entry is None:
+        entry = {"approvalId": data["approvalId"]}
+        approvals.append(entry)
+    entry.update(
+        {
+            "kind": data.get("kind", "approval"),
+            "toolCallId": data["toolCallId"],
+            "name": data["name"],
+            "risk": data.get("risk"),
+            "status": "pending",
+        }
+    )
+
+
+def _approval_resolved(snap: Snapshot, data: Data) -> None:
+    entry = _find(snap.get("approvals", []), "approvalId", data["approvalId"])
+    if entry is not None:
+        entry["status"] = data["status"]
+        entry["by"] = data.get("by")
+
+
+def _run_cancelled(snap: Snapshot, data: Data) -> None:
+    for entry in snap.get("approvals", []):
+        if entry["status"] == "pending":
+            entry["status"] = "cancelled"
+
+
+def _usage(snap: Snapshot, data: Data) -> None:
+    snap["usage"] = data.get("totals", {})
+
+
+def _run_failed(snap: Snapshot, data: Data) -> None:
+    details = {k: v for k, v in data.items() if k not in ("errorType", "message")}
+    snap["error"] = {"type": data.get("errorType"), "message": data.get("message"), **details}
+
+
+# How each event type changes the snapshot beyond its status; the others change only that.
+_FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
+    E.RUN_STARTED: _run_started,
+    E.MESSAGE_ITEM_CREATED: _item_created,
+    E.MESSAGE_ITEM_DELTA: _item_delta,
+    E.MESSAGE_ITEM_COMPLETED: _item_completed,
+    E.TOOL_STARTED: _tool_started,
+    E.TOOL_COMPLETED: _tool_completed,
+    E.TOOL_FAILED: _tool_failed,
+    E.APPROVAL_REQUIRED: _approval_required,
+    E.APPROVAL_RESOLVED: _approval_resolved,
+    E.RUN_CANCELLED: _run_cancelled,
+    E.USAGE: _usage,
+    E.RUN_FAILED: _run_failed,
+}
+
+
+def apply_event(snap: Snapshot, seq: int, kind: str, data: Data) -> Snapshot:
     """Fold event `seq` of type `kind` into `snap` (in place) and return it.
 
     Raises:
         IllegalTransitionError: the event would move the run along a forbidden edge.
     """
-    items: list[dict[str, Any]] = snap["items"]
-    if kind == "run.started":
-        snap["attempt"] = data.get("attempt", snap["attempt"])
-    elif kind == "message.item.created":
-        items.append(
-            {
-                "itemId": data["itemId"],
-                "role": data.get("role", "assistant"),
-                "text": "",
-                "status": "streaming",
-            }
-        )
-    elif kind == "message.item.delta":
-        item = _find(items, "itemId", data["itemId"])
-        if item is not None:
-            item["text"] += data["delta"]
-    elif kind == "message.item.completed":
-        item = _find(items, "itemId", data["itemId"])
-        if item is not None:
-            item["text"] = data.get("text", item["text"])
-            item["status"] = data.get("status", "completed")
-    elif kind == "tool.started":
-        # A replay after a crash starts the same call again: one row per call id.
-        call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
-        if call is None:
-            call = {"toolCallId": data["toolCallId"]}
-            snap["toolCalls"].append(call)
-        call.update({"name": data["name"], "args": data.get("args", {}), "status": "running"})
-        call.pop("error", None)
-    elif kind in ("tool.completed", "tool.failed"):
-        call = _find(snap["toolCalls"], "toolCallId", data["toolCallId"])
-        if call is not None:
-            call["status"] = "completed" if kind == "tool.completed" else "failed"
-            call["durationMs"] = data.get("durationMs")
-            if kind == "tool.failed":
-                call["error"] = data.get("error")
-                call["errorType"] = data.get("errorType")
-    elif kind == "approval.required":
-        approvals = snap.setdefault("approvals", [])
-        entry = _find(approvals, "approvalId", data["approvalId"])
-        if entry is None:
-            entry = {"approvalId": data["approvalId"]}
-            approvals.append(entry)
-        entry.update(
-            {
-                "kind": data.get("kind", "approval"),
-                "toolCallId": data["toolCallId"],
-                "name": data["name"],
-                "risk": data.get("risk"),
-                "status": "pending",
-            }
-        )
-    elif kind == "approval.resolved":
-        entry = _find(snap.get("approvals", []), "approvalId", data["approvalId"])
-        if entry is not None:
-            entry["status"] = data["status"]
-            entry["by"] = data.get("by")
-    elif kind == "run.cancelled":
-        for entry in snap.get("approvals", []):
-            if entry["status"] == "pending":
-                entry["status"] = "cancelled"
-    elif kind == "usage":
-        snap["usage"] = data.get("totals", {})
-    elif kind == "run.failed":
-        details = {k: v for k, v in data.items() if k not in ("errorType", "message")}
-        snap["error"] = {"type": data.get("errorType"), "message": data.get("message"), **details}
+    fold = _FOLDS.get(kind)
+    if fold is not None:
+        fold(snap, data)
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
     snap["lastEventId"] = seq
     return snap

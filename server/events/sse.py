@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Iterator
 
 from prometheus_client import Gauge
 
+from graphs.events import TERMINAL_EVENTS
 from server.db.pool import Pool
 from server.domain import is_terminal
 from server.events.log import read_events
 from server.events.notify import Notifier
 
-TERMINAL_EVENTS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 Row = tuple[int, str, str]  # (seq, type, SSE frame)
 
 
@@ -121,12 +121,16 @@ class Feeds:
                 del self._feeds[run_id]
 
 
-def _until_terminal(rows: list[Row]) -> tuple[str, bool]:
-    """Join the frames of `rows`, stopping after a terminal event; say whether one came."""
-    for n, (_, kind, _) in enumerate(rows):
+def _batch(rows: list[Row]) -> tuple[str, int, bool]:
+    """Join the frames of `rows`, stopping after a terminal event.
+
+    Returns:
+        The SSE text, the seq of its last frame, and whether that frame ends the run.
+    """
+    for n, (seq, kind, _) in enumerate(rows):
         if kind in TERMINAL_EVENTS:
-            return "".join(r[2] for r in rows[: n + 1]), True
-    return "".join(r[2] for r in rows), False
+            return "".join(r[2] for r in rows[: n + 1]), seq, True
+    return "".join(r[2] for r in rows), rows[-1][0], False
 
 
 async def event_stream(
@@ -169,19 +173,18 @@ async def _stream(
 ) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
         # Replay on our own until caught up, so that a long replay never holds up live streams.
-        while True:
+        caught_up = False
+        while not caught_up:
             wake.clear()  # before reading, so a notification during the read is not lost
             rows, finished = await _read(pool, run_id, cursor, page)
+            caught_up = len(rows) < page
             if finished:
                 return
             if rows:
-                text, terminal = _until_terminal(rows)
+                text, cursor, terminal = _batch(rows)
                 yield text
                 if terminal:
                     return
-                cursor = rows[-1][0]
-            if len(rows) < page:
-                break
         with feeds.follow(run_id, cursor) as feed:
             while stop is None or not stop.is_set():
                 held = feed.after(cursor)
@@ -190,11 +193,10 @@ async def _stream(
                     if finished:
                         return
                 if held:
-                    text, terminal = _until_terminal(held)
+                    text, cursor, terminal = _batch(held)
                     yield text
                     if terminal:
                         return
-                    cursor = held[-1][0]
                     continue
                 if feed.finished and cursor >= feed.seq:
                     return

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
+from graphs.events import EventType
 from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError
-from server.events.log import NewEvent, RunHead, append_events, load_head
+from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,13 @@ class EventWriter:
     being written, new events accumulate and go out in the next one (group commit), so token
     deltas cost one transaction per batch, not per token, and a lone event goes out at once.
     Database errors are retried with backoff and lose nothing; a lost lease stops the writer.
+
+    Args:
+        pool: The pool.
+        head: The run's head right after the claim.
+        max_batch: The most events stored in one append.
+        on_stored: Called with the number of events of every stored batch.
+        hooks: Rows written with the events they derive from (`append_events`).
     """
 
     def __init__(
@@ -32,9 +40,11 @@ class EventWriter:
         *,
         max_batch: int = 2000,
         on_stored: Callable[[int], None] | None = None,
+        hooks: Sequence[StoreHook] = (),
     ) -> None:
         self._pool = pool
         self._on_stored = on_stored
+        self._hooks = tuple(hooks)
         self.head = head
         self._buffer: list[NewEvent] = []
         self._wake = asyncio.Event()
@@ -49,7 +59,7 @@ class EventWriter:
         """The run this writer appends to."""
         return self.head.run_id
 
-    def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+    def emit(self, kind: EventType, data: Mapping[str, Any] | None = None) -> None:
         """Queue an event; it is stored after every event queued before it."""
         if self.error is not None:
             raise self.error
@@ -65,8 +75,8 @@ class EventWriter:
 
     async def finish(
         self,
-        kind: str,
-        data: dict[str, Any],
+        kind: EventType,
+        data: Mapping[str, Any],
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
     ) -> None:
         """Store everything queued, then `kind` together with `extra` in one transaction."""
@@ -104,6 +114,7 @@ class EventWriter:
                         generation=self.head.generation,
                         head=self.head,
                         extra=extra,
+                        hooks=self._hooks,
                     )
                 if self._on_stored is not None:
                     self._on_stored(len(batch))

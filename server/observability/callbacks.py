@@ -15,7 +15,8 @@ from langgraph.errors import GraphBubbleUp
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from server.observability.tracing import RunInfo, Tracing, cut, redact
+from server.observability.tracing import RunInfo, Tracing, cut
+from tools.validation import redact
 
 
 class TraceCallbackHandler(BaseCallbackHandler):
@@ -73,7 +74,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         return span
 
     def _payload(self, span: Span, kind: str, data: Any) -> None:
-        data = redact(data, self._tracing.settings.redact_fields)
+        data = redact(data, self._tracing.settings.redact_fields, json_text=True)
         text = json.dumps(data, default=str)
         shown, truncated = cut(text, self._tracing.settings.trace_payload_chars)
         span.set_attribute(f"agentrt.{kind}", shown)
@@ -206,7 +207,9 @@ class TraceCallbackHandler(BaseCallbackHandler):
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         self._tool[run_id] = name
         args = redact(
-            inputs if inputs is not None else input_str, self._tracing.settings.redact_fields
+            inputs if inputs is not None else input_str,
+            self._tracing.settings.redact_fields,
+            json_text=True,
         )
         span = self._open(
             run_id, parent_run_id, f"tool {name}", "tool", {"agentrt.tool.name": name}

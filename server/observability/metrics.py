@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graphs.events import EventType
 from server.db.pool import Pool
 from server.domain import ACTIVE, IN_PROGRESS, RunStatus, status_in
 
@@ -134,13 +135,13 @@ class Metrics:
 
     def observe_event(self, kind: str, data: Mapping[str, Any]) -> None:
         """Count what the model layer reports through events: cost and retries."""
-        if kind == "usage":
+        if kind == EventType.USAGE:
             call = data.get("call") or {}
             if call.get("cost") is not None:
                 self.cost.labels(call.get("provider", ""), call.get("model", "")).inc(
                     float(call["cost"])
                 )
-        elif kind == "model.retry":
+        elif kind == EventType.MODEL_RETRY:
             provider, _, model = str(data.get("model", "")).partition(":")
             self.retries.labels(provider, model).inc()
 

@@ -72,29 +72,6 @@ class _RunIdGenerator(RandomIdGenerator):
         return forced[1] if forced else super().generate_span_id()
 
 
-def redact(value: Any, fields: Sequence[str]) -> Any:
-    """Replace the values of keys named in `fields` (any depth, case-insensitive)."""
-    lowered = {f.lower() for f in fields}
-    if isinstance(value, dict):
-        return {
-            k: "[redacted]" if str(k).lower() in lowered else redact(v, fields)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(v, fields) for v in value]
-    if (
-        isinstance(value, str)
-        and value[:1] in ("{", "[")
-        and any(f in value.lower() for f in lowered)
-    ):
-        # Streamed tool-call arguments arrive as JSON text.
-        try:
-            return json.dumps(redact(json.loads(value), fields))
-        except ValueError:
-            return value
-    return value
-
-
 def cut(text: str, limit: int) -> tuple[str, bool]:
     if len(text) <= limit:
         return text, False

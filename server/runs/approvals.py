@@ -17,6 +17,14 @@ from typing import Any
 from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
+from graphs.approval import (
+    ApprovalResume,
+    CallDecision,
+    Decision,
+    request_calls,
+    request_kind,
+)
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run
@@ -24,10 +32,11 @@ from server.errors import ApprovalDecidedError, ApprovalForbiddenError, Approval
 from server.events.log import NewEvent, RunHead, append_events
 from server.events.writer import EventWriter
 from server.runs.records import get_run
+from server.timestamps import iso
 from tools.validation import redact
 
 STATUS_BY_DECISION = {"approve": "approved", "reject": "rejected", "edit": "edited"}
-DECISION_BY_STATUS = {
+DECISION_BY_STATUS: dict[str, Decision] = {
     "approved": "approve",
     "edited": "edit",
     "rejected": "reject",
@@ -42,10 +51,6 @@ def approval_id(run_id: str, interrupt_id: str, tool_call_id: str) -> str:
     return f"apr_{digest[:32]}"
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
 def approval_view(row: dict[str, Any]) -> dict[str, Any]:
     """Render an approval row for the API (arguments redacted)."""
     keys = row["redact"] or []
@@ -54,7 +59,7 @@ def approval_view(row: dict[str, Any]) -> dict[str, Any]:
         decision = {
             "decision": DECISION_BY_STATUS.get(row["status"]),
             "by": row["decided_by"],
-            "at": _iso(row["decided_at"]),
+            "at": iso(row["decided_at"]),
             "reason": row["decision_reason"],
             "args": redact(row["edited_args"], keys) if row["edited_args"] is not None else None,
         }
@@ -71,8 +76,8 @@ def approval_view(row: dict[str, Any]) -> dict[str, Any]:
         "reason": row["reason"],
         "status": row["status"],
         "decision": decision,
-        "requestedAt": _iso(row["requested_at"]),
-        "expiresAt": _iso(row["expires_at"]),
+        "requestedAt": iso(row["requested_at"]),
+        "expiresAt": iso(row["expires_at"]),
     }
 
 
@@ -90,10 +95,10 @@ async def resume_command(
     """Return `Command(resume=...)` when every call of every interrupt is decided, else None."""
     async with pool.connection() as conn:
         rows = await _rows_for(conn, run_id, [i.id for i in interrupts])
-    resume: dict[str, Any] = {}
+    resume: dict[str, ApprovalResume] = {}
     for intr in interrupts:
-        decisions = {}
-        for call in intr.value.get("calls", []):
+        decisions: dict[str, CallDecision] = {}
+        for call in request_calls(intr.value):
             row = rows.get(approval_id(run_id, intr.id, call["toolCallId"]))
             if row is None or row["status"] == "pending":
                 return None
@@ -123,7 +128,7 @@ class _Request:
         """The `approval.required` event that asks for this call's decision."""
         call = self.call
         return NewEvent(
-            "approval.required",
+            EventType.APPROVAL_REQUIRED,
             {
                 "approvalId": self.id,
                 "kind": self.kind,
@@ -133,7 +138,7 @@ class _Request:
                 "risk": call.get("risk"),
                 "source": call.get("source"),
                 "reason": call.get("reason", ""),
-                "expiresAt": _iso(self.expires_at),
+                "expiresAt": iso(self.expires_at),
             },
         )
 
@@ -145,8 +150,8 @@ def _pending_requests(
     now = datetime.now(UTC)
     requests = []
     for intr in interrupts:
-        kind = intr.value.get("kind", "approval")
-        for call in intr.value.get("calls", []):
+        kind = request_kind(intr.value)
+        for call in request_calls(intr.value):
             aid = approval_id(run_id, intr.id, call["toolCallId"])
             row = existing.get(aid)
             if row is not None and row["status"] != "pending":
@@ -290,7 +295,7 @@ def _resolved_event(row: dict[str, Any]) -> NewEvent:
     """The `approval.resolved` event of an approval row just decided."""
     status, edited = row["status"], row["edited_args"]
     return NewEvent(
-        "approval.resolved",
+        EventType.APPROVAL_RESOLVED,
         {
             "approvalId": row["id"],
             "kind": row["kind"],
@@ -301,7 +306,7 @@ def _resolved_event(row: dict[str, Any]) -> NewEvent:
             "by": row["decided_by"],
             "reason": row["decision_reason"],
             "args": redact(edited, row["redact"] or []) if edited else None,
-            "decidedAt": _iso(row["decided_at"]),
+            "decidedAt": iso(row["decided_at"]),
         },
     )
 

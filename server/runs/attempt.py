@@ -23,10 +23,11 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command, Interrupt, StateSnapshot
 
 from graphs.context import RunContext
+from graphs.events import EventType
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
-from server.events.projection import STREAM_MODES, Emit, StreamProjector
+from server.events.projection import STREAM_MODES, EventSink, StreamProjector
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.approvals import resume_command
@@ -137,7 +138,7 @@ class Attempt:
         claim: Claim,
         handle: RunHandle,
         projector: StreamProjector,
-        emit: Emit,
+        emit: EventSink,
         recorded: set[str],
     ) -> None:
         self.deps = deps
@@ -241,7 +242,7 @@ class Attempt:
         toolbox = await run_toolbox(deps.tools, deps.pool, run, run.lease_generation)
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
-                self.emit("tools.unavailable", {"source": source, "reason": reason})
+                self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
         caller = deps.models.caller(
             run.model, budget=run_budget(run.options, deps.settings), totals=run.usage or None
         )

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
+from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import Run
 from server.errors import LeaseLostError, RunFinishedError
@@ -27,6 +29,7 @@ from server.observability.tracing import RunInfo
 from server.runs.approvals import suspend
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused, set_output_message
+from server.usage.ledger import MODEL_CALLS
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,11 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     """
     run, head = claim.run, claim.head
     handle = handle or RunHandle()
-    writer = EventWriter(deps.pool, head, on_stored=deps.metrics.events_written.inc)
+    writer = EventWriter(
+        deps.pool, head, on_stored=deps.metrics.events_written.inc, hooks=[MODEL_CALLS]
+    )
 
-    def emit(kind: str, data: dict[str, Any] | None = None) -> None:
+    def emit(kind: EventType, data: Mapping[str, Any] | None = None) -> None:
         deps.metrics.observe_event(kind, data or {})
         writer.emit(kind, data)
 
@@ -49,7 +54,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     for item in streaming_items(head.snapshot):
         # An earlier attempt died mid-answer; its partial text is replaced by this attempt's.
         writer.emit(
-            "message.item.completed",
+            EventType.MESSAGE_ITEM_COMPLETED,
             {
                 "itemId": item["itemId"],
                 "status": "superseded",
@@ -130,11 +135,11 @@ async def _conclude(
             pause = False
         if pause:  # asked while the step ran: pause now, approvals kept pending
             data = {"reason": "pause requested", "from": "waiting_user"}
-            await _finish(writer, "run.paused", data, mark_paused)
+            await _finish(writer, EventType.RUN_PAUSED, data, mark_paused)
         else:
             await writer.close()
     elif outcome.kind == "paused":
-        await _finish(writer, "run.paused", outcome.data, mark_paused)
+        await _finish(writer, EventType.RUN_PAUSED, outcome.data, mark_paused)
     elif outcome.kind == "abandoned":
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()
@@ -143,10 +148,12 @@ async def _conclude(
             log.info(
                 "run %s failed: %s: %s", run_id, outcome.data["errorType"], outcome.data["message"]
             )
-        await _finish(writer, f"run.{outcome.kind}", outcome.data)
+        await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data)
 
 
-async def _finish(writer: EventWriter, kind: str, data: dict[str, Any], extra: Any = None) -> None:
+async def _finish(
+    writer: EventWriter, kind: EventType, data: Mapping[str, Any], extra: Any = None
+) -> None:
     try:
         await writer.finish(kind, data, extra)
     except (LeaseLostError, RunFinishedError) as exc:
@@ -169,5 +176,8 @@ async def _complete(writer: EventWriter, run: Run) -> None:
         await set_output_message(conn, run.id, message_id)
 
     await _finish(
-        writer, "run.completed", {"outputMessageId": message_id, "output": output}, store_message
+        writer,
+        EventType.RUN_COMPLETED,
+        {"outputMessageId": message_id, "output": output},
+        store_message,
     )

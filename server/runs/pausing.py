@@ -10,6 +10,7 @@ deadline back by the time it spent paused.
 
 from __future__ import annotations
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus, can_pause
@@ -45,7 +46,7 @@ async def request_pause(pool: Pool, who: Principal, run_id: str) -> Run:
             run = await _lock_run(conn, who, run_id)
             if run.status in (RunStatus.QUEUED, RunStatus.WAITING_USER):
                 event = NewEvent(
-                    "run.paused",
+                    EventType.RUN_PAUSED,
                     {"reason": "pause requested", "by": who.user_id, "from": run.status.value},
                 )
                 await append_events(conn, run_id, [event], extra=mark_paused)
@@ -72,5 +73,7 @@ async def request_resume(pool: Pool, who: Principal, run_id: str) -> Run:
             if run.status != RunStatus.PAUSED:
                 raise RunNotPausedError(run_id, run.status, run.pause_requested)
             await unpause(conn, run_id)
-            await append_events(conn, run_id, [NewEvent("run.resumed", {"by": who.user_id})])
+            await append_events(
+                conn, run_id, [NewEvent(EventType.RUN_RESUMED, {"by": who.user_id})]
+            )
         return await get_run(conn, who, run_id)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool, retry_deadlocks
 from server.domain import ACTIVE, COUNTED, IN_PROGRESS, Run, RunStatus, status_in
@@ -22,8 +23,8 @@ from server.errors import (
     RunNotFoundError,
     TooManyRunsError,
 )
+from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.events.log import NewEvent, RunHead, append_events, head_of, new_head
-from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.ids import new_id
 from server.runs.conversations import get_conversation
 from server.runs.idempotency import IdempotencyKey, find_response, remember_response
@@ -137,7 +138,7 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
         (message_id, new.conversation_id, who.tenant_id, who.user_id, run_id, new.content),
     )
     created = NewEvent(
-        "run.created",
+        EventType.RUN_CREATED,
         {
             "conversationId": new.conversation_id,
             "model": new.model,
@@ -221,7 +222,7 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
         )
         await conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
     elif status in IN_PROGRESS:
-        await append_events(conn, run_id, [NewEvent("run.cancelled", reason)])
+        await append_events(conn, run_id, [NewEvent(EventType.RUN_CANCELLED, reason)])
         await conn.execute(
             "UPDATE approvals SET status = 'cancelled', decided_by = %s,"
             " decided_at = now(), decision_reason = 'the run was cancelled'"

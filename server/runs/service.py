@@ -17,8 +17,8 @@ from server.observability.metrics import Metrics
 from server.observability.traces import load_trace
 from server.observability.tracing import Tracing
 from server.runs.approvals import decide
-from server.runs.idempotency import IdempotencyKey
 from server.runs.conversations import get_conversation
+from server.runs.idempotency import IdempotencyKey
 from server.runs.records import NewRun, accept_message, get_run, request_cancel
 from server.runs.toolbox import principal_toolbox
 from server.settings import Settings

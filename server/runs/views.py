@@ -6,10 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from server.domain import Run
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+from server.timestamps import iso
 
 
 def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -20,7 +17,7 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
         "model": row["model"],
         "metadata": row["metadata"],
         "userId": row["user_id"],
-        "createdAt": _iso(row["created_at"]),
+        "createdAt": iso(row["created_at"]),
     }
 
 
@@ -32,7 +29,7 @@ def message_view(row: dict[str, Any]) -> dict[str, Any]:
         "runId": row["run_id"],
         "role": row["role"],
         "content": row["content"],
-        "createdAt": _iso(row["created_at"]),
+        "createdAt": iso(row["created_at"]),
     }
 
 
@@ -60,12 +57,12 @@ def run_view(run: Run) -> dict[str, Any]:
         "usage": run.usage,
         "cancelRequested": run.cancel_requested,
         "pauseRequested": run.pause_requested and not run.is_terminal,
-        "pausedAt": _iso(run.paused_at),
+        "pausedAt": iso(run.paused_at),
         "leaseOwner": run.lease_owner,
         "recoveries": run.recoveries,
-        "createdAt": _iso(run.created_at),
-        "startedAt": _iso(run.started_at),
-        "finishedAt": _iso(run.finished_at),
+        "createdAt": iso(run.created_at),
+        "startedAt": iso(run.started_at),
+        "finishedAt": iso(run.finished_at),
     }
 
 

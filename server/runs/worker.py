@@ -19,11 +19,13 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.db.pool import Pool
 from server.domain import FailureReason
 from server.errors import RunFinishedError
-from server.events.log import RUNS_CHANNEL, NewEvent, append_events
-from server.events.notify import CANCEL_CHANNEL, PAUSE_CHANNEL, Notifier
+from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
+from server.events.log import NewEvent, append_events
+from server.events.notify import Notifier
 from server.ids import new_id
 from server.observability.tracing import hex_trace_id
 from server.runs.approvals import expire_due
@@ -176,7 +178,7 @@ class Worker:
                 return False
             run, generation = claim.run, claim.run.lease_generation
             if run.cancel_requested:
-                cancelled = NewEvent("run.cancelled", {"reason": "cancel requested"})
+                cancelled = NewEvent(EventType.RUN_CANCELLED, {"reason": "cancel requested"})
                 await append_events(
                     conn, run.id, [cancelled], generation=generation, head=claim.head
                 )
@@ -184,7 +186,9 @@ class Worker:
                 return True
             if run.pause_requested:
                 # Paused while it was being handed back (drain, lost lease): pause it now.
-                paused = NewEvent("run.paused", {"reason": "pause requested", "from": "queued"})
+                paused = NewEvent(
+                    EventType.RUN_PAUSED, {"reason": "pause requested", "from": "queued"}
+                )
                 await append_events(
                     conn,
                     run.id,
@@ -196,7 +200,7 @@ class Worker:
                 self.deps.metrics.events_written.inc()
                 return True
             started = NewEvent(
-                "run.started",
+                EventType.RUN_STARTED,
                 {"attempt": run.attempt, "worker": self.owner, "traceId": hex_trace_id(run.id)},
             )
             head, _ = await append_events(
@@ -267,7 +271,7 @@ class Worker:
                 recoveries = row["recoveries"] + 1
                 if recoveries > self._settings.max_recoveries:
                     event = NewEvent(
-                        "run.failed",
+                        EventType.RUN_FAILED,
                         {
                             "errorType": FailureReason.DEAD_LETTER.value,
                             "message": f"the run lost its worker {recoveries} times; the limit is "
@@ -276,7 +280,8 @@ class Worker:
                     )
                 else:
                     event = NewEvent(
-                        "run.requeued", {"reason": "lease expired", "recoveries": recoveries}
+                        EventType.RUN_REQUEUED,
+                        {"reason": "lease expired", "recoveries": recoveries},
                     )
                 try:
                     await append_events(conn, row["id"], [event])

@@ -1,6 +1,7 @@
 """The usage ledger: model call rows, per-run breakdowns and daily aggregates.
 
-Rows come from `usage` events and are written by `append_events` in the event's transaction.
+Rows come from `usage` events: a worker appends them with the `MODEL_CALLS` hook, which
+writes the rows in the transaction that stores the events.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Any, Literal
 
 from psycopg import AsyncCursor
 
+from graphs.events import EventType
 from nodes.models.usage import money
-
-USAGE_EVENT = "usage"
+from server.events.log import StoredEvent, StoreHook
 
 _INSERT = """
 INSERT INTO model_calls (
@@ -54,11 +55,13 @@ _FIELDS = (
 )
 
 
-async def store_model_calls(cur: AsyncCursor[Any], run_id: str, events: Sequence[Any]) -> None:
-    """Insert a ledger row for every `usage` event among `events` (StoredEvent objects)."""
+async def store_model_calls(
+    cur: AsyncCursor[Any], run_id: str, events: Sequence[StoredEvent]
+) -> None:
+    """Insert a ledger row for every `usage` event among `events`."""
     rows = []
     for ev in events:
-        call = ev.data.get("call") if ev.type == USAGE_EVENT else None
+        call = ev.data.get("call") if ev.type == EventType.USAGE else None
         if not call:
             continue
         row = {k: call.get(k) for k in _FIELDS}
@@ -67,6 +70,10 @@ async def store_model_calls(cur: AsyncCursor[Any], run_id: str, events: Sequence
         rows.append(row)
     if rows:
         await cur.executemany(_INSERT, rows)
+
+
+# Hand to the appender of a run's events: the model-call rows of its `usage` events.
+MODEL_CALLS = StoreHook(frozenset({EventType.USAGE}), store_model_calls)
 
 
 def call_view(row: dict[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def cost_of(
     )
 
 
-class Pricer:
+class PriceBook:
     """Price model calls; an instance is the `Pricer` callable handed to the model caller."""
 
     def __init__(self, settings: Settings) -> None:

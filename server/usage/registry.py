@@ -24,7 +24,7 @@ from nodes.models.scripted import ScriptedChatModel, ScriptedTurn
 from nodes.models.usage import Budget, RunTotals, UsageMeter
 from server.errors import UnknownModelError
 from server.settings import Settings
-from server.usage.pricing import Pricer, load_litellm
+from server.usage.pricing import PriceBook, load_litellm
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class ModelRegistry:
         self.breakers = breakers or CircuitBreakers(
             settings.breaker_failure_threshold, settings.breaker_cooldown_s
         )
-        self.pricer = Pricer(settings)
+        self.pricer = PriceBook(settings)
         self._cache: dict[str, BaseChatModel] = {}
         for model_id, fallbacks in settings.model_fallbacks.items():
             for fallback in (model_id, *fallbacks) if model_id != "*" else fallbacks:
@@ -86,10 +86,6 @@ class ModelRegistry:
         """Import litellm now (seconds) rather than inside the first request or run."""
         if self.needs_litellm:
             load_litellm(self._settings)
-
-    def add_script(self, name: str, turns: Sequence[ScriptedTurn]) -> None:
-        """Register (or replace) the script behind `scripted:<name>`."""
-        self._scripts[name] = list(turns)
 
     def validate(self, model_id: str | None) -> str:
         """Return the model id to use (the default when None), or raise UnknownModelError."""

@@ -10,7 +10,8 @@ from nodes.errors import BudgetExceededError
 from nodes.models.usage import Budget, CallCost, RunTotals, TokenUsage, UsageMeter
 from server.settings import ModelPrice, RouteRule, Settings
 from server.usage.budgets import run_budget
-from server.usage.pricing import Pricer, cost_of
+from server.usage.pricing import PriceBook as Pricer
+from server.usage.pricing import cost_of
 from server.usage.routing import pick_model
 
 

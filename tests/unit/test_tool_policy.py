@@ -10,7 +10,8 @@ import pytest
 from langchain_core.tools import StructuredTool, ToolException
 
 from tools.config import TenantToolConfig, ToolConfig
-from tools.errors import RetryableToolError, ToolCallError, classify
+from tools.errors import RetryableToolError, ToolCallError
+from tools.errors import error_type_of as classify
 from tools.policy import Toolbox, prepare
 from tools.spec import CallContext, RetryPolicy, agent_tool
 from tools.validation import REDACTED, cut_output, redact, render_output, validate_args
