@@ -32,7 +32,9 @@ class ModelCaller(Protocol):
         emit: Callable[[Any], None],
         *,
         step: int,
-    ) -> AIMessage: ...
+    ) -> AIMessage:
+        """Call the model with `messages` and `tools`; return its answer."""
+        ...
 
 
 @dataclass(frozen=True)

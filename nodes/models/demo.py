@@ -72,6 +72,7 @@ class DemoChatModel(ScriptedChatModel):
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Return a copy that knows the names of the tools it may call."""
         names = frozenset(convert_to_openai_tool(t)["function"]["name"] for t in tools)
         return self.model_copy(update={"tool_names": names})
 

@@ -79,6 +79,7 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[Any], **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Return the model itself: scripted answers name their tools already."""
         return self
 
     def _turn(self, messages: list[BaseMessage]) -> ScriptedTurn:

@@ -54,6 +54,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint under the run's lease fence (checked in the same transaction)."""
         token = _fence.set(fence_of(config))
         try:
             return await super().aput(config, checkpoint, metadata, new_versions)
@@ -67,6 +68,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        """Store a task's writes, fenced like `aput`."""
         token = _fence.set(fence_of(config))
         try:
             await super().aput_writes(config, writes, task_id, task_path)

@@ -96,6 +96,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Open a span for a graph node (other chains are not traced)."""
         name = kwargs.get("name") or ""
         node = (metadata or {}).get("langgraph_node")
         if parent_run_id is None or TAG_HIDDEN in (tags or []) or name != node:
@@ -111,9 +112,11 @@ class TraceCallbackHandler(BaseCallbackHandler):
         )
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the node's span."""
         self._close(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the node's span as failed."""
         self._close(run_id, error)
 
     # -- model calls ----------------------------------------------------------------------
@@ -128,6 +131,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Open a span for a model call."""
         meta = metadata or {}
         params = kwargs.get("invocation_params") or {}
         provider = str(meta.get("ls_provider") or params.get("_type") or "unknown")
@@ -149,10 +153,12 @@ class TraceCallbackHandler(BaseCallbackHandler):
         self._payload(span, "input", [[message_to_dict(m) for m in batch] for batch in messages])
 
     def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Note when the model call's first token arrived."""
         if run_id not in self._first_token and run_id in self._started:
             self._first_token[run_id] = time.perf_counter()
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the model call's span with its answer and token usage."""
         span = self._spans.get(run_id)
         provider, model = self._model.pop(run_id, ("unknown", "unknown"))
         started = self._started.pop(run_id, time.perf_counter())
@@ -184,6 +190,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         self._close(run_id)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the model call's span as failed."""
         provider, model = self._model.pop(run_id, ("unknown", "unknown"))
         started = self._started.pop(run_id, time.perf_counter())
         self._first_token.pop(run_id, None)
@@ -204,6 +211,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Open a span for a tool call."""
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         self._tool[run_id] = name
         args = redact(
@@ -217,6 +225,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         self._payload(span, "input", args)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the tool's span with its result."""
         span = self._spans.get(run_id)
         name = self._tool.pop(run_id, "tool")
         started = self._started.pop(run_id, time.perf_counter())
@@ -228,6 +237,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
         self._close(run_id)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """End the tool's span as failed."""
         span = self._spans.get(run_id)
         name = self._tool.pop(run_id, "tool")
         started = self._started.pop(run_id, time.perf_counter())

@@ -24,6 +24,7 @@ class ContextFilter(logging.Filter):
     """Attach run id, tenant, trace id and span id to every record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Add the current run's ids to the record; never filter it out."""
         ctx = run_context.get() or {}
         record.run_id = ctx.get("run_id", "")
         record.tenant_id = ctx.get("tenant_id", "")
@@ -37,6 +38,7 @@ class JsonFormatter(logging.Formatter):
     """Format a record as one JSON line."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """Render the record as one JSON object."""
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
@@ -56,6 +58,7 @@ class HumanFormatter(logging.Formatter):
     """A readable line, with the run and trace when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """Render the record as one human-readable line."""
         line = super().format(record)
         run_id = getattr(record, "run_id", "")
         if run_id:

@@ -27,8 +27,11 @@ FROM runs WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s) AND {status
 
 
 class Metrics:
-    """Every metric agentrt exports. Counters and histograms count what this process did;
-    gauges about runs and the queue are read from the database when scraped."""
+    """Every metric agentrt exports.
+
+    Counters and histograms count what this process did; gauges about runs and the queue are
+    read from the database when scraped.
+    """
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()

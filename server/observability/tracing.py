@@ -73,6 +73,7 @@ class _RunIdGenerator(RandomIdGenerator):
 
 
 def cut(text: str, limit: int) -> tuple[str, bool]:
+    """Cut `text` to `limit` characters; return it and whether it was cut."""
     if len(text) <= limit:
         return text, False
     return text[:limit] + f"… [cut {len(text) - limit} characters]", True
@@ -92,6 +93,7 @@ class PostgresSpanSink(SpanProcessor):
         self._lock = asyncio.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Keep the ended span for the next flush."""
         self._spans.append(span)  # list.append is atomic; spans may end on any thread
 
     def add_payload(self, trace_id: int, span_id: int, kind: str, data: Any) -> None:
@@ -173,6 +175,7 @@ class RunInfo:
     attempt: int
 
     def attributes(self) -> dict[str, Any]:
+        """Return the span attributes that name the run, its conversation, tenant and attempt."""
         return {
             "agentrt.run_id": self.run_id,
             "agentrt.conversation_id": self.conversation_id,
@@ -278,8 +281,10 @@ class Tracing:
         attributes: dict[str, Any],
         error: str | None = None,
     ) -> None:
-        """Record a finished span of a run that no single process watched from start to end
-        (an approval wait spans the run's suspension)."""
+        """Record a finished span of a run that no single process watched from start to end.
+
+        An approval wait is such a span: it lasts the run's whole suspension.
+        """
         span = self.tracer.start_span(
             name,
             context=self.root_context(run_id),

@@ -1,7 +1,7 @@
-"""Input guards: text Postgres cannot store, oversized bodies, unbounded metadata.
+r"""Input guards: text Postgres cannot store, oversized bodies, unbounded metadata.
 
 Postgres `text` and `jsonb` refuse NUL (U+0000) and UTF-8 cannot encode a lone surrogate
-(JSON allows both as `\\u` escapes), so such input is refused at the edge with a 4xx rather
+(JSON allows both as `\u` escapes), so such input is refused at the edge with a 4xx rather
 than failing deep in a query.
 """
 
@@ -105,6 +105,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse an oversized or unstorable request with a 4xx before the route runs."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -45,8 +45,11 @@ def _decimal(value: Any) -> Decimal | None:
 def cost_of(
     usage: TokenUsage, input_price: Decimal, output_price: Decimal, cached_price: Decimal | None
 ) -> Decimal:
-    """Price a call: cached input tokens at the cache price (or the input price), the rest at
-    the input price, output tokens (reasoning included) at the output price."""
+    """Price a call's tokens.
+
+    Cached input tokens cost the cache price (or the input price), the rest of the input the
+    input price, and output tokens (reasoning included) the output price.
+    """
     cached = min(usage.cached_input_tokens, usage.input_tokens)
     cached_rate = input_price if cached_price is None else cached_price
     return (
@@ -66,6 +69,7 @@ class PriceBook:
     def __call__(
         self, provider: str, model: str, model_id: str, usage: TokenUsage
     ) -> CallCost | None:
+        """Return the cost of one call, or None when no price is known for its model."""
         override = self._overrides.get(model_id)
         if override is not None:
             cached = override.cached_input_per_mtok
