@@ -24,7 +24,6 @@ from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
 
 
-
 @dataclass
 class NewEvent:
     """An event before it is stored: `seq` and `ts` are given at append time."""

@@ -18,6 +18,7 @@ from langgraph.types import Command, Interrupt
 from psycopg.types.json import Jsonb
 
 from graphs.approval import (
+    ApprovalCall,
     ApprovalResume,
     CallDecision,
     Decision,
@@ -120,7 +121,7 @@ class _Request:
     id: str
     interrupt_id: str
     kind: str
-    call: dict[str, Any]
+    call: ApprovalCall
     expires_at: datetime | None
     stored: bool  # its row exists already (an earlier attempt asked)
 
