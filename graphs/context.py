@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
+from nodes.context.setup import ContextSetup
 from tools.policy import Toolbox
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -43,8 +44,9 @@ class RunContext:
     server builds both from the same catalogue; without a toolbox, `tools` are run as low-risk
     tools with an in-memory ledger.
 
-    It is not checkpointed; the server rebuilds it for every attempt. Defaults let LangGraph
-    tooling (`langgraph dev`) run the graph with the offline demo model.
+    `system_prompt` is the agent profile's instructions; `context_setup` says how the model's
+    input is assembled (docs/context.md). It is not checkpointed; the server rebuilds it for
+    every attempt. Defaults run the graph with the offline demo model.
     """
 
     run_id: str = "local"
@@ -58,3 +60,7 @@ class RunContext:
     max_steps: int = 12
     tool_timeout_s: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    attempt: int = 1
+    context_setup: ContextSetup = field(default_factory=ContextSetup)
+    # The input build_context made for each step, taken by call_model (not checkpointed).
+    prepared: dict[int, list[BaseMessage]] = field(default_factory=dict, compare=False)

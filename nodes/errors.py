@@ -33,3 +33,9 @@ class ModelCallFailedError(RuntimeError):
     def __init__(self, message: str, details: dict[str, Any]) -> None:
         super().__init__(message)
         self.details = details
+
+
+class ContextOverflowError(RuntimeError):
+    """What must be sent (instructions and the current turn) does not fit the model's window."""
+
+    reason = "context_overflow"
