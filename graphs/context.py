@@ -10,7 +10,6 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
-from nodes.context.setup import ContextSetup
 from tools.policy import Toolbox
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -61,6 +60,7 @@ class RunContext:
     tool_timeout_s: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     attempt: int = 1
-    context_setup: ContextSetup = field(default_factory=ContextSetup)
+    # A nodes.context.setup.ContextSetup; typed loosely so this schema imports only leaves.
+    context_setup: object | None = None
     # The input build_context made for each step, taken by call_model (not checkpointed).
     prepared: dict[int, list[BaseMessage]] = field(default_factory=dict, compare=False)

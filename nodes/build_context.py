@@ -13,17 +13,28 @@ from graphs.context import RunContext
 from graphs.state import AgentState
 from nodes.context.engine import Built, build
 from nodes.context.sections import SectionRequest
+from nodes.context.setup import ContextSetup
 from nodes.context.tokens import tools_tokens
 from nodes.errors import StepLimitError
 
 CONTEXT_EVENT = "context.built"
 
 
+def context_setup(context: RunContext) -> ContextSetup:
+    """Return the run's context setup (the defaults when the run gave none)."""
+    setup = context.context_setup
+    if setup is None:
+        return ContextSetup()
+    if not isinstance(setup, ContextSetup):
+        raise TypeError(f"RunContext.context_setup must be a ContextSetup, not {type(setup)}")
+    return setup
+
+
 async def assemble(
     state: AgentState, context: RunContext, emit: Callable[[Any], None], step: int
 ) -> Built:
     """Build the model's input for `step` from the state and the run's context setup."""
-    setup = context.context_setup
+    setup = context_setup(context)
     messages = state["messages"]
     request = SectionRequest(
         messages=messages,
