@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from graphs.context import RunContext
 from graphs.state import AgentState
 from nodes.context.engine import Built, build
+from nodes.context.metadata import PURPOSE_KEY, STEP_KEY, call_metadata
 from nodes.context.sections import SectionRequest
 from nodes.context.setup import ContextSetup
 from nodes.context.tokens import tools_tokens
@@ -73,7 +74,8 @@ async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict
             f"the agent made {step} model calls without a final answer; "
             f"the limit is {context.max_steps} (run option maxSteps)"
         )
-    built = await assemble(state, context, runtime.stream_writer, step + 1)
+    with call_metadata(**{STEP_KEY: step + 1, PURPOSE_KEY: "summary"}):
+        built = await assemble(state, context, runtime.stream_writer, step + 1)
     context.prepared.clear()
     context.prepared[step + 1] = built.messages
     runtime.stream_writer({"event": CONTEXT_EVENT, **built.manifest})

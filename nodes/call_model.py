@@ -9,6 +9,7 @@ from langgraph.runtime import Runtime
 from graphs.context import RunContext
 from graphs.state import AgentState
 from nodes.build_context import CONTEXT_EVENT, assemble
+from nodes.context.metadata import PURPOSE_KEY, STEP_KEY, call_metadata
 from nodes.models.caller import ModelChoice, ResilientModelCaller
 from nodes.models.demo import DemoChatModel
 
@@ -34,5 +35,6 @@ async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[st
         built = await assemble(state, context, runtime.stream_writer, step)
         runtime.stream_writer({"event": CONTEXT_EVENT, **built.manifest})
         messages = built.messages
-    response = await caller.call(messages, context.tools, runtime.stream_writer, step=step)
+    with call_metadata(**{STEP_KEY: step, PURPOSE_KEY: "answer"}):
+        response = await caller.call(messages, context.tools, runtime.stream_writer, step=step)
     return {"messages": [response], "step": step}

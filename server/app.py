@@ -14,13 +14,24 @@ from langchain_core.tools import BaseTool
 from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.agents.errors import AgentError
 from server.domain import IllegalTransitionError
 from server.errors import install_fault_handlers
 from server.events.log import RunFinishedError, RunNotFoundError
 from server.events.sse import Feeds
 from server.ids import new_id
 from server.process import open_runtime
-from server.routes import admin, approvals, conversations, health, observability, runs, usage
+from server.routes import (
+    admin,
+    agents,
+    approvals,
+    context,
+    conversations,
+    health,
+    observability,
+    runs,
+    usage,
+)
 from server.routes import tools as tools_routes
 from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
@@ -175,6 +186,10 @@ def install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
     async def on_bad_cursor(_: Request, exc: BadCursorError) -> JSONResponse:
         return _error(422, "invalid_cursor", str(exc))
 
+    @app.exception_handler(AgentError)
+    async def on_agent(_: Request, exc: AgentError) -> JSONResponse:
+        return _error(exc.status, exc.code, str(exc))
+
     @app.exception_handler(ToolConfigError)
     async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:
         return _error(422, "invalid_tool_config", str(exc))
@@ -257,6 +272,8 @@ def create_app(
         admin.router,
         observability.router,
         usage.router,
+        agents.router,
+        context.router,
     ):
         app.include_router(router)
     return app

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from server.agents.store import resolve_agent
 from server.auth import CurrentPrincipal, Principal
 from server.routes.guards import CleanText, is_blank, metadata_problem
 from server.routes.schemas import (
@@ -44,6 +45,12 @@ class ConversationIn(BaseModel):
 
     title: str | None = Field(default=None, max_length=500)
     model: str | None = Field(default=None, description="Default model for this conversation.")
+    agent: str | None = Field(
+        default=None,
+        max_length=80,
+        description="The agent profile its runs use: `support` (its latest version at each "
+        "message) or `support@3`; `default` when unset.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -74,6 +81,12 @@ class MessageIn(BaseModel):
 
     content: str
     model: str | None = None
+    agent: str | None = Field(
+        default=None,
+        max_length=80,
+        description="The agent profile for this run (`support` or `support@3`); the "
+        "conversation's when unset.",
+    )
     options: RunOptions = Field(default_factory=RunOptions)
     if_busy: Literal["enqueue", "reject", "interrupt"] | None = Field(
         default=None,
@@ -101,9 +114,11 @@ async def post_conversation(
         raise HTTPException(422, problem)
     if body.model is not None:
         request.app.state.models.validate(body.model)
-    row = await create_conversation(
-        request.app.state.pool, who, body.title, body.model, body.metadata
-    )
+    pool = request.app.state.pool
+    if body.agent is not None:
+        async with pool.connection() as conn:
+            await resolve_agent(conn, who.tenant_id, body.agent)
+    row = await create_conversation(pool, who, body.title, body.model, body.metadata, body.agent)
     return conversation_view(row)
 
 
@@ -166,9 +181,10 @@ async def post_message(
     pool = request.app.state.pool
     async with pool.connection() as conn:
         conversation = await get_conversation(conn, who, conversation_id)
+        agent = await resolve_agent(conn, who.tenant_id, body.agent or conversation["agent"])
     pick = pick_model(
         requested=body.model,
-        conversation_model=conversation["model"],
+        conversation_model=conversation["model"] or agent.spec.model,
         text=body.content,
         needs=body.options.needs or [],
         rules=settings.model_routes,
@@ -176,6 +192,8 @@ async def post_message(
     )
     model = request.app.state.models.validate(pick.model_id)
     options = body.options.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if agent.spec.run_timeout_seconds is not None:
+        options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
     limits = settings.tenant_limits.get(who.tenant_id, {})
     user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
     accepted, replayed = await accept_message(
@@ -189,6 +207,7 @@ async def post_message(
         user_limit=user_limit if settings.limit_policy == "reject" else None,
         model_source=pick.source,
         idempotency=idempotency,
+        agent=(agent.name, agent.version),
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

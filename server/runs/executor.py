@@ -20,8 +20,15 @@ from langgraph.types import Command, Interrupt
 from opentelemetry.trace import Status, StatusCode
 
 from graphs.context import RunContext
-from nodes.errors import BudgetExceededError, ModelCallFailedError, StepLimitError
+from nodes.errors import (
+    BudgetExceededError,
+    ContextOverflowError,
+    ModelCallFailedError,
+    StepLimitError,
+)
 from nodes.models.usage import Budget
+from server.agents.runtime import context_setup, profile_toolbox, run_caller
+from server.agents.store import run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.events.log import Conn, LeaseLostError, RunFinishedError, RunHead
@@ -35,7 +42,6 @@ from server.observability.metrics import Metrics
 from server.observability.tracing import RunInfo, Tracing
 from server.runs.approvals import resume_command, suspend
 from server.runs.pausing import mark_paused
-from server.runs.toolbox import run_toolbox
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
@@ -82,7 +88,7 @@ def classify_failure(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     A failed model call details its error class, provider, model, attempts and last status
     code; an exhausted budget names the limit, what it allowed and what was used.
     """
-    if isinstance(exc, StepLimitError):
+    if isinstance(exc, StepLimitError | ContextOverflowError):
         return exc.reason, str(exc), {}
     if isinstance(exc, ModelCallFailedError | BudgetExceededError):
         return exc.reason, str(exc), dict(exc.details)
@@ -326,7 +332,9 @@ async def _drive(
     """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
     run_id = run["id"]
     options = run["options"] or {}
-    max_steps = int(options.get("maxSteps") or deps.settings.max_steps)
+    async with deps.pool.connection() as conn:
+        agent = await run_agent(conn, run["tenant_id"], run["agent_name"], run["agent_version"])
+    max_steps = int(options.get("maxSteps") or agent.spec.max_steps or deps.settings.max_steps)
     config: RunnableConfig = {
         "configurable": {
             "thread_id": run["conversation_id"],
@@ -336,24 +344,27 @@ async def _drive(
         "recursion_limit": max_steps * 4 + 10,
         "callbacks": callbacks,
     }
-    toolbox = await run_toolbox(deps.tools, deps.pool, run, run["lease_generation"])
+    toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent)
     for source, reason in sorted(toolbox.unavailable.items()):
         if source.startswith("mcp:"):
             emit("tools.unavailable", {"source": source, "reason": reason})
+    budget = run_budget(options, deps.settings)
+    caller = run_caller(deps.models, run, agent, budget=budget, totals=run.get("usage") or None)
     context = RunContext(
         run_id=run_id,
         conversation_id=run["conversation_id"],
         tenant_id=run["tenant_id"],
         user_id=run["user_id"],
-        model_caller=deps.models.caller(
-            run["model"],
-            budget=run_budget(options, deps.settings),
-            totals=run.get("usage") or None,
-        ),
+        model_caller=caller,
         tools=toolbox.visible(),
         toolbox=toolbox,
         max_steps=max_steps,
         tool_timeout_s=deps.settings.tool_timeout_s,
+        system_prompt=agent.spec.instructions,
+        attempt=run["attempt"],
+        context_setup=context_setup(
+            agent, run, models=deps.models, settings=deps.settings, pool=deps.pool, caller=caller
+        ),
     )
     state = await deps.graph.aget_state(config)
     graph_input: dict[str, Any] | Command[Any] | None

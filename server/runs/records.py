@@ -59,6 +59,7 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
         "conversationId": row["id"],
         "title": row["title"],
         "model": row["model"],
+        "agent": row["agent"],
         "metadata": row["metadata"],
         "userId": row["user_id"],
         "createdAt": _iso(row["created_at"]),
@@ -80,6 +81,7 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "userId": row["user_id"],
         "status": row["status"],
         "model": row["model"],
+        "agent": {"name": row["agent_name"], "version": row["agent_version"]},
         "options": row["options"],
         "inputMessageId": row["input_message_id"],
         "outputMessageId": row["output_message_id"],
@@ -111,14 +113,19 @@ def message_view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def create_conversation(
-    pool: Pool, who: Principal, title: str | None, model: str | None, metadata: dict[str, Any]
+    pool: Pool,
+    who: Principal,
+    title: str | None,
+    model: str | None,
+    metadata: dict[str, Any],
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """Create a conversation owned by the caller."""
+    """Create a conversation owned by the caller (`agent`: the profile its runs use)."""
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
-            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata)),
+            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata, agent)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *",
+            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata), agent),
         )
         row = await cur.fetchone()
     assert row is not None
@@ -189,6 +196,7 @@ async def create_run(
     if_busy: str = "enqueue",
     user_limit: int | None = None,
     model_source: str | None = None,
+    agent: tuple[str, int] = ("default", 0),
 ) -> dict[str, Any]:
     """Store the user message and a queued run with its `run.created` event, atomically.
 
@@ -198,8 +206,9 @@ async def create_run(
         user_limit: With the `reject` limit policy, the most runs a user may have queued or
             active; beyond it, TooManyRunsError. None queues without limit.
         model_source: Why this model was picked (server/usage/routing.py), kept in the event.
+        agent: The agent profile's name and the exact version the run uses.
     """
-    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
+    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit, agent)
 
     async def attempt() -> dict[str, Any]:
         async with pool.connection() as conn, conn.transaction():
@@ -221,6 +230,7 @@ async def accept_message(
     user_limit: int | None = None,
     model_source: str | None = None,
     idempotency: IdempotencyKey | None = None,
+    agent: tuple[str, int] = ("default", 0),
 ) -> tuple[dict[str, Any], bool]:
     """Like `create_run`, but return the API's answer and whether it replays an earlier one.
 
@@ -231,7 +241,7 @@ async def accept_message(
     Raises:
         IdempotencyKeyReusedError: the key was used with a different body.
     """
-    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit)
+    message = _NewMessage(conversation_id, content, model, options, if_busy, user_limit, agent)
 
     async def attempt() -> tuple[dict[str, Any], bool]:
         async with pool.connection() as conn, conn.transaction():
@@ -260,6 +270,7 @@ def accepted_view(row: dict[str, Any], model_source: str | None) -> dict[str, An
         "messageId": row["input_message_id"],
         "model": row["model"],
         "modelSource": model_source,
+        "agent": {"name": row["agent_name"], "version": row["agent_version"]},
         "streamUrl": f"/api/runs/{row['id']}/events",
         "snapshotUrl": f"/api/runs/{row['id']}/snapshot",
     }
@@ -273,6 +284,7 @@ class _NewMessage:
     options: dict[str, Any]
     if_busy: str
     user_limit: int | None
+    agent: tuple[str, int] = ("default", 0)
 
 
 async def _insert_run(
@@ -294,7 +306,8 @@ async def _insert_run(
     )
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-        " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        " input_message_id, principal_roles, agent_name, agent_version)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             run_id,
             conversation_id,
@@ -304,6 +317,7 @@ async def _insert_run(
             Jsonb(message.options),
             message_id,
             sorted(who.roles),
+            *message.agent,
         ),
     )
     await append_events(
@@ -317,6 +331,7 @@ async def _insert_run(
                     "conversationId": conversation_id,
                     "model": message.model,
                     "modelSource": model_source,
+                    "agent": f"{message.agent[0]}@{message.agent[1]}",
                     "inputMessageId": message_id,
                 },
             )
