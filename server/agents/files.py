@@ -138,3 +138,15 @@ async def sync_agents(pool: Pool, settings: Settings) -> None:
         await sync_agent_files(pool, settings.agents_dir, settings.default_tenant)
     except AgentFileError as exc:
         raise StartupError(f"agent profile file refused: {exc}") from exc
+
+
+def check_agent_files(settings: Settings) -> None:
+    """Refuse to start, in one line, when a profile file is invalid (before anything starts).
+
+    Raises:
+        StartupError: a profile file is invalid.
+    """
+    try:
+        read_agent_files(settings.agents_dir, settings.default_tenant)
+    except AgentFileError as exc:
+        raise StartupError(f"agent profile file refused: {exc}") from exc
