@@ -7,11 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
-from nodes.context.summary import ModelSummarizer
+from nodes.context.summary import ModelSummarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
 from nodes.models.caller import ResilientModelCaller
 from nodes.models.usage import Budget
-from server.agents.context_store import PostgresSummaryStore
 from server.agents.store import AgentVersion
 from server.db.pool import Pool
 from server.runs.toolbox import load_overlay
@@ -84,10 +83,13 @@ def context_setup(
     *,
     models: ModelRegistry,
     settings: Settings,
-    pool: Pool,
+    summaries: SummaryStore,
     caller: ResilientModelCaller,
 ) -> ContextSetup:
-    """Build the run's context setup from its profile version and model."""
+    """Build the run's context setup from its profile version and model.
+
+    `caller` is the run's model caller: summaries share its usage meter and budgets.
+    """
     spec = agent.spec
     model_id = run["model"]
     summary = spec.context.summary
@@ -105,7 +107,7 @@ def context_setup(
         window=model_window(model_id, settings) or DEFAULT_WINDOW,
         counter=model_counter(model_id, settings),
         summarizer=summarizer,
-        summaries=PostgresSummaryStore(pool, run["tenant_id"]) if summarizer else None,
+        summaries=summaries if summarizer else None,
         profile={"name": agent.name, "version": agent.version},
         model_id=model_id,
         section_options={"skills": spec.skills, "memory": spec.memory, "retrieval": spec.retrieval},

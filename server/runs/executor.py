@@ -27,6 +27,7 @@ from nodes.errors import (
     StepLimitError,
 )
 from nodes.models.usage import Budget
+from server.agents.context_store import PostgresSummaryStore
 from server.agents.runtime import context_setup, profile_toolbox, run_caller
 from server.agents.store import run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
@@ -363,7 +364,12 @@ async def _drive(
         system_prompt=agent.spec.instructions,
         attempt=run["attempt"],
         context_setup=context_setup(
-            agent, run, models=deps.models, settings=deps.settings, pool=deps.pool, caller=caller
+            agent,
+            run,
+            models=deps.models,
+            settings=deps.settings,
+            summaries=PostgresSummaryStore(deps.pool, run["tenant_id"]),
+            caller=caller,
         ),
     )
     state = await deps.graph.aget_state(config)
