@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
@@ -13,10 +16,11 @@ from nodes.context.sections import SectionRequest
 from nodes.context.setup import ContextSetup
 from nodes.context.summary import Summary
 from nodes.context.tokens import MESSAGE_OVERHEAD, TokenCounter, message_text, message_tokens
-from nodes.context.trim import current_turn_start, cut_text, kind_of, turn_starts, with_content
+from nodes.context.trim import cut_text, kind_of, with_content
 from nodes.errors import ContextOverflowError
 
 TOKENIZER_KEY = "@tokenizer"
+_ID = attrgetter("id")
 # The blank line between two items of the system prompt, counted with each item.
 SEPARATOR_TOKENS = 2
 # The summary's heading and separator, kept free on top of its own limit.
@@ -64,6 +68,15 @@ class _Counts:
         if key is not None:
             self.new[key] = tokens
         return tokens
+
+    def sizes(self, messages: Sequence[BaseMessage]) -> list[int]:
+        """Return each message's tokens: kept counts, else counted now (and kept)."""
+        found = list(map(self.known.get, map(_ID, messages)))
+        if None not in found:  # the hot path: every message counted before
+            return found  # type: ignore[return-value]
+        return [
+            self.message(m) if t is None else int(t) for m, t in zip(messages, found, strict=True)
+        ]
 
 
 @dataclass
@@ -127,18 +140,20 @@ def _section_items(
 
 def _fit_items(
     messages: Sequence[BaseMessage],
+    sizes: list[int],
     counts: _Counts,
     setup: ContextSetup,
     section: str,
     report: _Report,
     offset: int,
 ) -> tuple[list[BaseMessage], list[int]]:
-    """Count messages (once each) and cut those over the item limit."""
+    """Cut the messages over the item limit (with a note); return them and their sizes."""
     limit = setup.policy.max_item_tokens
     out = list(messages)
-    sizes = [counts.message(m) for m in messages]
-    for i, tokens in enumerate(sizes):
-        if tokens - MESSAGE_OVERHEAD <= limit or not isinstance(out[i].content, str):
+    over = [i for i, tokens in enumerate(sizes) if tokens - MESSAGE_OVERHEAD > limit]
+    for i in over:
+        tokens = sizes[i]
+        if not isinstance(out[i].content, str):
             continue
         message = out[i]
         if getattr(message, "tool_calls", None):
@@ -214,8 +229,11 @@ async def build(
         )
     by_name = {s.name: s for s in specs}
 
-    cur = current_turn_start(messages)
-    current, current_sizes = _fit_items(messages[cur:], tally, setup, "current", report, cur)
+    all_sizes, humans = setup.memo.index(messages, tally.sizes)
+    cur = humans[-1] if humans else len(messages)
+    current, current_sizes = _fit_items(
+        messages[cur:], all_sizes[cur:], tally, setup, "current", report, cur
+    )
     current_tokens = sum(current_sizes)
 
     def system_tokens() -> int:
@@ -247,9 +265,11 @@ async def build(
 
     history_room = available - system_tokens() - current_tokens
     history_budget = min(history_room, policy.budgets.get("history", history_room))
-    history, sizes = _fit_items(messages[:cur], tally, setup, "history", report, 0)
+    history, sizes = _fit_items(messages[:cur], all_sizes[:cur], tally, setup, "history", report, 0)
+    starts = humans[: bisect_left(humans, cur)]
+    starts = starts if starts and starts[0] == 0 else [0, *starts]
     summary_info, history, sizes = await _trim_history(
-        history, sizes, history_budget, setup, request, report, emit, step
+        history, sizes, starts, history_budget, setup, request, report, emit, step
     )
     if summary_info is not None and summary_info.get("text"):
         texts["summary"] = [summary_info.pop("text")]
@@ -312,6 +332,7 @@ async def build(
 async def _trim_history(
     history: list[BaseMessage],
     sizes: list[int],
+    starts: list[int],
     budget: int,
     setup: ContextSetup,
     request: SectionRequest,
@@ -320,17 +341,14 @@ async def _trim_history(
     step: int,
 ) -> tuple[dict[str, Any] | None, list[BaseMessage], list[int]]:
     """Drop whole turns, oldest first, until the history fits; summarise what went if asked."""
-    prefix = [0]
-    for tokens in sizes:
-        prefix.append(prefix[-1] + tokens)
+    prefix = [0, *accumulate(sizes)]
     if prefix[-1] <= budget or not history:
         return None, history, sizes
-    starts = turn_starts(history)
     policy = setup.policy
     summarise = policy.summary and setup.summarizer is not None and setup.summaries is not None
     if not summarise:
         drop = _first_fitting(starts, prefix, budget)
-        _report_drop(report, history, prefix, drop, summarised=False)
+        _report_drop(report, history, prefix, starts, drop, summarised=False)
         return None, history[drop:], sizes[drop:]
 
     assert setup.summarizer is not None and setup.summaries is not None
@@ -376,7 +394,7 @@ async def _trim_history(
         )
         await setup.summaries.save(request.conversation_id, request.run_id, summary)
         created = True
-    _report_drop(report, history, prefix, drop, summarised=True)
+    _report_drop(report, history, prefix, starts, drop, summarised=True)
     heading = f"Summary of the earlier conversation ({summary.covers} messages):\n"
     text = summary.text
     tokens = setup.counter.count(text)
@@ -396,11 +414,17 @@ async def _trim_history(
 
 
 def _report_drop(
-    report: _Report, history: list[BaseMessage], prefix: list[int], drop: int, *, summarised: bool
+    report: _Report,
+    history: list[BaseMessage],
+    prefix: list[int],
+    starts: list[int],
+    drop: int,
+    *,
+    summarised: bool,
 ) -> None:
     if drop == 0:
         return
-    turns = sum(1 for i, m in enumerate(history[:drop]) if i == 0 or m.type == "human")
+    turns = bisect_left(starts, drop)
     report.dropped.append(
         {
             "section": "history",

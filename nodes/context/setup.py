@@ -12,6 +12,7 @@ from typing import Any
 from nodes.context.sections import SectionRegistry, default_registry
 from nodes.context.summary import Summarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, TokenCounter
+from nodes.context.trim import HistoryMemo
 
 # For models whose window nobody knows (the demo model, a self-hosted one without a profile).
 DEFAULT_WINDOW = 32_768
@@ -60,6 +61,7 @@ class ContextSetup:
         model_id: The model the call goes to.
         display_names: Known display names (`tenant`, `user`).
         section_options: Per-section settings from the profile (memory, retrieval...).
+        memo: Message sizes kept between the calls of one run (one setup per attempt).
     """
 
     policy: ContextPolicy = field(default_factory=ContextPolicy)
@@ -72,3 +74,4 @@ class ContextSetup:
     model_id: str = "demo"
     display_names: Mapping[str, str] = field(default_factory=dict)
     section_options: Mapping[str, object] = field(default_factory=dict)
+    memo: HistoryMemo = field(default_factory=HistoryMemo, compare=False, repr=False)

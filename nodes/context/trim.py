@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, is_
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from nodes.context.tokens import TokenCounter
 
-
-def current_turn_start(messages: Sequence[BaseMessage]) -> int:
-    """Return the index of the last user message (the current turn starts there), or len."""
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], HumanMessage):
-            return index
-    return len(messages)
-
-
-def turn_starts(messages: Sequence[BaseMessage]) -> list[int]:
-    """Return the indexes where turns start: 0 and every user message.
-
-    A turn is a user message with the answers, tool calls and tool results that follow it,
-    so dropping whole turns never separates a tool call from its result.
-    """
-    starts = [0]
-    starts += [i for i, m in enumerate(messages) if i and isinstance(m, HumanMessage)]
-    return starts
+_TYPE = attrgetter("type")
 
 
 @dataclass(frozen=True)
@@ -68,3 +52,40 @@ def kind_of(message: BaseMessage) -> str:
 def with_content(message: BaseMessage, content: str) -> BaseMessage:
     """Return a copy of `message` with new text content (same id, tool call id...)."""
     return message.model_copy(update={"content": content})
+
+
+class HistoryMemo:
+    """Each message's size and the user messages' places, kept between the calls of a run.
+
+    A turn is a user message with the answers, tool calls and tool results that follow it, so
+    dropping whole turns (from one user message to the next) never separates a tool call
+    from its result; the last user message starts the current turn.
+
+    A run's messages only grow between its model calls, so each call indexes only the
+    messages added since the last one; any other change (a replaced message) re-indexes all.
+    Reading an attribute of 10,000 messages costs milliseconds: this keeps calls flat.
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[BaseMessage] = []
+        self._sizes: list[int] = []
+        self._humans: list[int] = []
+
+    def index(
+        self,
+        messages: Sequence[BaseMessage],
+        size_of: Callable[[Sequence[BaseMessage]], list[int]],
+    ) -> tuple[list[int], list[int]]:
+        """Return every message's size (from `size_of`) and the indexes of user messages."""
+        known = len(self._seen)
+        if known > len(messages) or not all(map(is_, self._seen, messages)):
+            known = 0
+            self._sizes, self._humans = [], []
+        added = messages[known:]
+        self._sizes = [*self._sizes, *size_of(added)]
+        self._humans = [
+            *self._humans,
+            *(known + i for i, kind in enumerate(map(_TYPE, added)) if kind == "human"),
+        ]
+        self._seen = list(messages)
+        return self._sizes, self._humans

@@ -244,3 +244,22 @@ def test_openai_models_are_counted_with_their_tokenizer_offline() -> None:
     assert counter.name == "tiktoken:o200k_base"
     assert counter.count("hello world") == 2
     assert counter_for("llama3.1").name == "estimate:chars/4"
+
+
+async def test_a_replaced_message_is_counted_again_within_a_run() -> None:
+    messages = conversation(3)
+    setup = ContextSetup()
+    first = await build(
+        messages, setup, request(messages), tools_tokens=0, counts={}, emit=ignore, step=1
+    )
+    longer = [*messages, AIMessage("a new answer", id="new")]
+    changed = [HumanMessage("short", id="u0-edited"), *longer[1:]]
+    for sent in (longer, changed):
+        built = await build(
+            sent, setup, request(sent), tools_tokens=0, counts=first.counts, emit=ignore, step=2
+        )
+        counter = EstimateCounter()
+        sections = {s["name"]: s["tokens"] for s in built.manifest["sections"]}
+        assert sections["history"] + sections["current"] == sum(
+            message_tokens(m, counter) for m in sent
+        )
