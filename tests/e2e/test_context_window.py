@@ -173,6 +173,8 @@ async def test_a_conversation_over_the_window_is_trimmed_summarised_and_the_summ
         "current",
     ]
     assert second["summary"]["reused"] is True  # the run's second call: no new summary
+    streamed = [e.data["data"].get("text", "") for e in run["events"] if "item" in e.event]
+    assert not any("SUMMARY-ALPHA" in text for text in streamed)  # not part of the answer
     built = [e for e in run["events"] if e.event == "context.built"]
     assert [e.data["data"]["step"] for e in built] == [1, 2]
 
