@@ -10,9 +10,9 @@ allows, and the server's limits.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from graphs.context import DEFAULT_SYSTEM_PROMPT
@@ -38,7 +38,10 @@ class SummaryPolicy(_Spec):
     )
     max_tokens: int = Field(default=1_000, ge=50, le=32_000)
     input_tokens: int = Field(
-        default=16_000, ge=500, description="The most transcript one summarising call reads."
+        default=16_000,
+        ge=500,
+        le=1_000_000,
+        description="The most transcript one summarising call reads.",
     )
 
 
@@ -50,14 +53,23 @@ class ContextSpec(_Spec):
         ge=1_024,
         description="The model's context window; from litellm's model map when unset.",
     )
-    reserve_output_tokens: int = Field(default=DEFAULT_RESERVE_OUTPUT, ge=0)
-    budgets: dict[str, int] = Field(
+    reserve_output_tokens: int = Field(default=DEFAULT_RESERVE_OUTPUT, ge=0, le=1_000_000)
+    budgets: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict,
         description="Token budgets by section: instructions, identity, skills, memory, "
         "knowledge, plan, history.",
     )
-    max_item_tokens: int = Field(default=DEFAULT_MAX_ITEM_TOKENS, ge=100)
+    max_item_tokens: int = Field(default=DEFAULT_MAX_ITEM_TOKENS, ge=100, le=10_000_000)
     summary: SummaryPolicy = Field(default_factory=SummaryPolicy)
+
+    @model_validator(mode="after")
+    def _room_for_input(self) -> ContextSpec:
+        if self.window is not None and self.reserve_output_tokens >= self.window // 2:
+            raise ValueError(
+                f"reserveOutputTokens ({self.reserve_output_tokens}) must be under half the "
+                f"window ({self.window}), or no room is left for the conversation"
+            )
+        return self
 
     def policy(self) -> ContextPolicy:
         """Return the engine's policy for this spec."""

@@ -96,7 +96,9 @@ async def get_agents(request: Request, who: Principal = CurrentPrincipal) -> dic
 async def get_agent(
     request: Request,
     name: AgentName,
-    version: int | None = Query(None, ge=0, description="A version; the latest when unset."),
+    version: int | None = Query(
+        None, ge=0, le=1_000_000_000, description="A version; the latest when unset."
+    ),
     who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Return an agent's latest version, or the version asked for."""

@@ -26,8 +26,10 @@ class RunContextView(ApiModel):
 async def get_run_context(
     request: Request,
     run_id: str,
-    step: int | None = Query(None, ge=1, description="Only this step's model call."),
-    attempt: int | None = Query(None, ge=1, description="Only this attempt of the run."),
+    step: int | None = Query(None, ge=1, le=1_000_000, description="Only this step's model call."),
+    attempt: int | None = Query(
+        None, ge=1, le=1_000_000, description="Only this attempt of the run."
+    ),
     who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Return what went into each model call of the run, what was left out, and why."""
