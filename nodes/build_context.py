@@ -49,7 +49,7 @@ async def assemble(
         options=setup.section_options,
     )
     schemas = [convert_to_openai_tool(t) for t in context.tools]
-    return await build(
+    built = await build(
         messages,
         setup,
         request,
@@ -59,6 +59,8 @@ async def assemble(
         step=step,
         attempt=context.attempt,
     )
+    built.manifest["tools"] = [t.name for t in context.tools]  # what the model is shown
+    return built
 
 
 async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:

@@ -165,6 +165,7 @@ async def test_a_conversation_over_the_window_is_trimmed_summarised_and_the_summ
     assert first["tokenizer"] == "tiktoken:o200k_base"
     assert first["totalTokens"] <= first["available"]
     assert first["profile"] == {"name": "support", "version": 1}
+    assert first["tools"] == ["calculator"]
     assert [s["name"] for s in first["sections"]] == [
         "instructions",
         "identity",
