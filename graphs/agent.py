@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
-from langgraph.graph import START, StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from graphs.context import RunContext
@@ -27,16 +29,47 @@ def route_after_model(
     return "await_approval" if pending_approvals(state, toolbox) else "dispatch_tools"
 
 
-def build_agent_graph() -> StateGraph[AgentState, RunContext, AgentState, AgentState]:
-    """Return the uncompiled agent loop; callers compile it with their checkpointer."""
+ContextFactory = Callable[[RunContext | None], Awaitable[RunContext]]
+
+
+def _with_context(node: Any, factory: ContextFactory) -> Any:
+    """Wrap a node so that a run started without a full context gets one from `factory`."""
+
+    async def wrapped(state: AgentState, runtime: Runtime[RunContext]) -> Any:
+        context = runtime.context
+        if context is None or context.model_caller is None:
+            runtime = runtime.override(context=await factory(context))
+        result = node(state, runtime)
+        return await result if inspect.isawaitable(result) else result
+
+    wrapped.__name__ = node.__name__
+    return wrapped
+
+
+def build_agent_graph(
+    context: ContextFactory | None = None,
+) -> StateGraph[AgentState, RunContext, AgentState, AgentState]:
+    """Return the uncompiled agent loop; callers compile it with their checkpointer.
+
+    Args:
+        context: Builds the run context of runs started without one (`langgraph dev`); the
+            server always passes a full context and leaves this unset.
+    """
     builder = StateGraph(AgentState, context_schema=RunContext)
-    builder.add_node(build_context)
-    builder.add_node(call_model)
-    builder.add_node(await_approval)
-    builder.add_node(dispatch_tools)
+    nodes: list[Any] = [build_context, call_model, await_approval, dispatch_tools]
+    router: Any = route_after_model
+    if context is not None:
+        nodes = [_with_context(n, context) for n in nodes]
+        router = _with_context(route_after_model, context)
+    for node in nodes:
+        builder.add_node(node.__name__, node)
     builder.add_edge(START, "build_context")
     builder.add_edge("build_context", "call_model")
-    builder.add_conditional_edges("call_model", route_after_model)
+    builder.add_conditional_edges(
+        "call_model",
+        router,
+        {"await_approval": "await_approval", "dispatch_tools": "dispatch_tools", END: END},
+    )
     builder.add_edge("await_approval", "dispatch_tools")
     builder.add_edge("dispatch_tools", "build_context")
     return builder

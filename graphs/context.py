@@ -45,8 +45,9 @@ class RunContext:
     server builds both from the same catalogue; without a toolbox, `tools` are run as low-risk
     tools with an in-memory ledger.
 
-    It is not checkpointed; the server rebuilds it for every attempt. Defaults let LangGraph
-    tooling (`langgraph dev`) run the graph with the offline demo model.
+    `system_prompt` is the agent profile's instructions; `context_setup` says how the model's
+    input is assembled (docs/context.md). It is not checkpointed; the server rebuilds it for
+    every attempt. Defaults run the graph with the offline demo model.
     """
 
     run_id: str = "local"
@@ -60,3 +61,8 @@ class RunContext:
     max_steps: int = 12
     tool_timeout_s: float = 30.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    attempt: int = 1
+    # A nodes.context.setup.ContextSetup; typed loosely so this schema imports only leaves.
+    context_setup: object | None = None
+    # The input build_context made for each step, taken by call_model (not checkpointed).
+    prepared: dict[int, list[BaseMessage]] = field(default_factory=dict, compare=False)

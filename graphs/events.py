@@ -38,6 +38,7 @@ class EventType(StrEnum):
     USAGE = "usage"
     MODEL_RETRY = "model.retry"
     MODEL_FALLBACK = "model.fallback"
+    CONTEXT_BUILT = "context.built"
 
 
 E = EventType
@@ -53,6 +54,7 @@ class RunCreated(TypedDict):
     conversationId: str
     model: str
     modelSource: str
+    agent: str
     inputMessageId: str
 
 
@@ -296,6 +298,30 @@ class ModelFallback(TypedDict):
     statusCode: int | None
 
 
+class ContextBuilt(TypedDict):
+    """`context.built`: the manifest of the next model call's input (docs/context.md)."""
+
+    event: Literal[EventType.CONTEXT_BUILT]
+    step: int
+    attempt: int
+    model: str
+    tokenizer: str
+    profile: dict[str, Any]
+    window: int
+    reserveOutputTokens: int
+    toolsTokens: int
+    available: int
+    totalTokens: int
+    messages: int
+    conversationMessages: int
+    sections: list[dict[str, Any]]
+    dropped: list[dict[str, Any]]
+    cut: list[dict[str, Any]]
+    deduplicated: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+    tools: list[str]
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -319,12 +345,20 @@ PAYLOADS: dict[EventType, type] = {
     E.USAGE: Usage,
     E.MODEL_RETRY: ModelRetry,
     E.MODEL_FALLBACK: ModelFallback,
+    E.CONTEXT_BUILT: ContextBuilt,
 }
 
 
 # What nodes and tools write to LangGraph's custom stream.
 StreamEvent = (
-    ToolStarted | ToolRetrying | ToolCompleted | ToolFailed | Usage | ModelRetry | ModelFallback
+    ToolStarted
+    | ToolRetrying
+    | ToolCompleted
+    | ToolFailed
+    | Usage
+    | ModelRetry
+    | ModelFallback
+    | ContextBuilt
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

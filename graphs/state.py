@@ -18,6 +18,14 @@ def merge_approvals(
     return {**kept, **right}
 
 
+def merge_token_counts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Keep every message's token count; a change of tokenizer starts the counts afresh."""
+    right = right or {}
+    if "@tokenizer" in right and (left or {}).get("@tokenizer") != right["@tokenizer"]:
+        return dict(right)
+    return {**(left or {}), **right}
+
+
 class AgentState(TypedDict):
     """State carried between nodes and saved in every checkpoint.
 
@@ -27,6 +35,8 @@ class AgentState(TypedDict):
         step: Model calls made by the current run.
         context_manifest: What went into the last model call and why.
         approvals: Reviewers' decisions on the current run's tool calls, by tool call id.
+        token_counts: Each message's token count by message id (counted once, kept), with
+            the tokenizer's name under `@tokenizer`.
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
@@ -34,3 +44,4 @@ class AgentState(TypedDict):
     step: NotRequired[int]
     context_manifest: NotRequired[dict[str, Any]]
     approvals: NotRequired[Annotated[dict[str, dict[str, Any]], merge_approvals]]
+    token_counts: NotRequired[Annotated[dict[str, Any], merge_token_counts]]

@@ -2,23 +2,72 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
 from graphs.context import RunContext
+from graphs.events import EventType
 from graphs.state import AgentState
+from nodes.context.engine import Built, build
+from nodes.context.metadata import PURPOSE_KEY, STEP_KEY, call_metadata
+from nodes.context.sections import SectionRequest
+from nodes.context.setup import ContextSetup
+from nodes.context.tokens import tools_tokens
 from nodes.errors import StepLimitError
 
 
-def assemble_messages(state: AgentState, context: RunContext) -> list[BaseMessage]:
-    """Return the messages for the next model call: system prompt, then the conversation."""
-    return [SystemMessage(context.system_prompt), *state["messages"]]
+def context_setup(context: RunContext) -> ContextSetup:
+    """Return the run's context setup (the defaults when the run gave none)."""
+    setup = context.context_setup
+    if setup is None:
+        return ContextSetup()
+    if not isinstance(setup, ContextSetup):
+        raise TypeError(f"RunContext.context_setup must be a ContextSetup, not {type(setup)}")
+    return setup
+
+
+async def assemble(
+    state: AgentState, context: RunContext, emit: Callable[[Any], None], step: int
+) -> Built:
+    """Build the model's input for `step` from the state and the run's context setup."""
+    setup = context_setup(context)
+    messages = state["messages"]
+    request = SectionRequest(
+        messages=messages,
+        run_id=context.run_id,
+        conversation_id=context.conversation_id,
+        tenant_id=context.tenant_id,
+        user_id=context.user_id,
+        instructions=context.system_prompt,
+        now=datetime.now(UTC),
+        display_names=setup.display_names,
+        options=setup.section_options,
+    )
+    schemas = [convert_to_openai_tool(t) for t in context.tools]
+    built = await build(
+        messages,
+        setup,
+        request,
+        tools_tokens=tools_tokens(schemas, setup.counter),
+        counts=state.get("token_counts") or {},
+        emit=emit,
+        step=step,
+        attempt=context.attempt,
+    )
+    built.manifest["tools"] = [t.name for t in context.tools]  # what the model is shown
+    return built
 
 
 async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict[str, Any]:
-    """Refuse to go past the step limit and record the context manifest for the next call."""
+    """Refuse to go past the step limit, then assemble the next call's input once.
+
+    The input waits in `context.prepared` for `call_model`; the manifest is emitted as a
+    `context.built` event and kept in the state with the new messages' token counts.
+    """
     context = runtime.context or RunContext()
     step = state.get("step", 0)
     if step >= context.max_steps:
@@ -26,14 +75,12 @@ async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict
             f"the agent made {step} model calls without a final answer; "
             f"the limit is {context.max_steps} (run option maxSteps)"
         )
-    messages = assemble_messages(state, context)
-    manifest = {
-        "step": step + 1,
-        "sections": [
-            {"name": "system_prompt", "chars": len(context.system_prompt)},
-            {"name": "history", "messages": len(state["messages"])},
-        ],
-        "tools": [t.name for t in context.tools],
-        "messages": len(messages),
-    }
-    return {"context_manifest": manifest}
+    with call_metadata(**{STEP_KEY: step + 1, PURPOSE_KEY: "summary"}):
+        built = await assemble(state, context, runtime.stream_writer, step + 1)
+    context.prepared.clear()
+    context.prepared[step + 1] = built.messages
+    runtime.stream_writer({"event": EventType.CONTEXT_BUILT, **built.manifest})
+    update: dict[str, Any] = {"context_manifest": built.manifest}
+    if built.counts:
+        update["token_counts"] = built.counts
+    return update

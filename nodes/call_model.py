@@ -7,8 +7,10 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from graphs.context import RunContext
+from graphs.events import EventType
 from graphs.state import AgentState
-from nodes.build_context import assemble_messages
+from nodes.build_context import assemble
+from nodes.context.metadata import PURPOSE_KEY, STEP_KEY, call_metadata
 from nodes.models.caller import ModelChoice, ResilientModelCaller
 from nodes.models.demo import DemoChatModel
 
@@ -29,7 +31,11 @@ async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[st
     context = runtime.context or RunContext()
     caller = context.model_caller or default_caller(context)
     step = state.get("step", 0) + 1
-    response = await caller.call(
-        assemble_messages(state, context), context.tools, runtime.stream_writer, step=step
-    )
+    messages = context.prepared.pop(step, None)
+    if messages is None:  # resumed after build_context's checkpoint: build it again, once
+        built = await assemble(state, context, runtime.stream_writer, step)
+        runtime.stream_writer({"event": EventType.CONTEXT_BUILT, **built.manifest})
+        messages = built.messages
+    with call_metadata(**{STEP_KEY: step, PURPOSE_KEY: "answer"}):
+        response = await caller.call(messages, context.tools, runtime.stream_writer, step=step)
     return {"messages": [response], "step": step}

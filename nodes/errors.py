@@ -31,3 +31,7 @@ class ModelCallFailedError(RunEndingError):
     `details` says why: the last error class, provider, model and status code, how many
     attempts were made, and every model tried.
     """
+
+
+class ContextOverflowError(RunEndingError):
+    """What must be sent (instructions and the current turn) does not fit the model's window."""

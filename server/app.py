@@ -11,7 +11,17 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from server.events.sse import Feeds
 from server.process import open_runtime
-from server.routes import admin, approvals, conversations, health, observability, runs, usage
+from server.routes import (
+    admin,
+    agents,
+    approvals,
+    context,
+    conversations,
+    health,
+    observability,
+    runs,
+    usage,
+)
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
@@ -100,6 +110,8 @@ def create_app(
         admin.router,
         observability.router,
         usage.router,
+        agents.router,
+        context.router,
     ):
         app.include_router(router)
     return app

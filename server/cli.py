@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {"run", "runs", "approvals", "approve", "reject"}
+CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents"}
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -99,6 +99,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"run_workers": False})
     models = _models(settings)
     tools = _tools(settings)
+    from server.agents.files import check_agent_files
+
+    check_agent_files(settings)
 
     import uvicorn
 

@@ -35,6 +35,7 @@ class FailureReason(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     MODEL_CALL_FAILED = "model_call_failed"
     TIMEOUT = "timeout"
+    CONTEXT_OVERFLOW = "context_overflow"
     DEAD_LETTER = "dead_letter"
 
 
@@ -121,6 +122,8 @@ class Run:
     deadline_at: datetime | None
     recoveries: int
     principal_roles: tuple[str, ...]
+    agent_name: str
+    agent_version: int
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -139,6 +142,11 @@ class Run:
         values["usage"] = values["usage"] or {}
         values["principal_roles"] = tuple(values["principal_roles"] or ())
         return cls(**values)
+
+    @property
+    def agent(self) -> tuple[str, int]:
+        """The agent profile the run uses: its name and exact version."""
+        return self.agent_name, self.agent_version
 
     @property
     def is_terminal(self) -> bool:

@@ -38,6 +38,12 @@ class StartupError(AgentrtError):
     code = "startup_failed"
 
 
+class AgentFileError(AgentrtError):
+    """An agent profile file cannot be read or is not a valid profile (refuses the start)."""
+
+    code = "agent_file_invalid"
+
+
 class LeaseLostError(AgentrtError):
     """Another worker took the run over; this one must stop writing for it."""
 
@@ -91,6 +97,10 @@ class ApprovalForbiddenError(ForbiddenError):
     """The caller may not see or decide approvals (needs the reviewer role)."""
 
 
+class AgentForbiddenError(ForbiddenError):
+    """Changing agent profiles needs the tenant's admin role."""
+
+
 class NotFoundError(AgentrtError):
     """No such resource for the caller's tenant."""
 
@@ -120,6 +130,19 @@ class ApprovalNotFoundError(NotFoundError):
     def __init__(self, approval_id: str) -> None:
         super().__init__(f"approval {approval_id} not found")
         self.approval_id = approval_id
+
+
+class AgentNotFoundError(NotFoundError):
+    """No such agent profile (or version) for the caller's tenant."""
+
+    code = "agent_not_found"
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        what = f"agent {name!r}" if version is None else f"version {version} of agent {name!r}"
+        super().__init__(
+            f"{what} does not exist for your tenant; `GET /api/agents` (or `agentrt agents "
+            "list`) lists the agents you can use"
+        )
 
 
 class ConflictError(AgentrtError):
@@ -189,6 +212,24 @@ class ApprovalDecidedError(ConflictError):
         super().__init__(f"approval {approval_id} is already {status}", approvalStatus=status)
 
 
+class AgentExistsError(ConflictError):
+    """Creating an agent profile whose name is taken."""
+
+    code = "agent_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"agent {name!r} already exists; update it with PUT /api/agents/{name} (a new "
+            "version) or pick another name"
+        )
+
+
+class AgentReadOnlyError(ConflictError):
+    """Changing an agent profile declared in a file (it lives in version control)."""
+
+    code = "agent_read_only"
+
+
 class InvalidRequestError(AgentrtError):
     """The request is well formed but its content is refused; the message says why."""
 
@@ -226,6 +267,16 @@ class ToolConfigError(InvalidRequestError):
     """A tenant tool config the API refuses (the message says why)."""
 
     code = "invalid_tool_config"
+
+
+class UnknownAgentError(InvalidRequestError):
+    """A message or conversation names an agent profile the tenant does not have."""
+
+    code = "unknown_agent"
+
+
+class BadAgentReferenceError(UnknownAgentError):
+    """The text naming an agent is not `name` or `name@version`."""
 
 
 class TooLargeError(AgentrtError):

@@ -16,6 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
+from server.agents.files import sync_agents
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
@@ -105,6 +106,7 @@ async def open_runtime(
         async with waiting("schema migrations (another process may hold the migration lock)"):
             applied = await migrate(pool)
             checkpointer = await setup_checkpointer(pool)
+        await sync_agents(pool, settings)
         graph = build_agent_graph().compile(checkpointer=checkpointer)
         notifier = Notifier(url)
         async with waiting("the notification listener"):

@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     default_user: str = "local"
 
     default_model: str = "demo"
+    # Agent profiles declared in files (`*.yaml`), synced into the database at start-up.
+    agents_dir: Path = Path("agents")
+    # The profile (declared in agents_dir) that `langgraph dev` runs (server/devgraph.py).
+    dev_agent: str = "default"
     demo_token_delay_ms: int = 15
     scripted_models_file: Path | None = None
     max_steps: int = 12

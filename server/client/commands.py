@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from server.client.agents import cmd_agents, render_context
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 
@@ -34,6 +35,8 @@ async def cmd_run(settings: ClientConfig, args: argparse.Namespace) -> int:
         body: dict[str, Any] = {"content": args.message}
         if args.model:
             body["model"] = args.model
+        if args.agent:
+            body["agent"] = args.agent
         run = check(await client.post(f"/api/conversations/{conv_id}/messages", json=body))
         args.watching = run["runId"]  # for the Ctrl-C message in main()
         print(f"[run {run['runId']} in conversation {conv_id}]", flush=True)
@@ -79,6 +82,9 @@ async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
                 )
             elif args.action == "show":
                 print(json.dumps(check(await client.get(f"/api/runs/{args.run_id}")), indent=2))
+                if args.context:
+                    view = check(await client.get(f"/api/runs/{args.run_id}/context"))
+                    print(render_context(view))
             elif args.action == "trace":
                 from server.observability.traces import render_tree
 
@@ -154,4 +160,5 @@ CLIENT_COMMANDS: dict[
     "approvals": cmd_approvals,
     "approve": cmd_approvals,
     "reject": cmd_approvals,
+    "agents": cmd_agents,
 }

@@ -6,6 +6,7 @@ Kept apart from the commands so that `agentrt --help` imports nothing but argpar
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 APPROVAL_STATES = ["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"]
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="model for this run, as provider:model (default: the server's)"
     )
     run.add_argument("--conversation", help="continue this conversation (id) instead of a new one")
+    run.add_argument("--agent", help="agent profile for this run: NAME or NAME@VERSION")
 
     runs = sub.add_parser("runs", help="inspect, cancel, pause and resume runs")
     runs_sub = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -56,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     runs_list.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
     show = runs_sub.add_parser("show", parents=[client], help="the run record as JSON")
     show.add_argument("run_id", help="the run id (run_...)")
+    show.add_argument(
+        "--context",
+        action="store_true",
+        help="also what each model call was sent: sections, tokens, what was dropped and why",
+    )
     trace = runs_sub.add_parser("trace", parents=[client], help="print the run's trace as a tree")
     trace.add_argument("run_id", help="the run id (run_...)")
     events = runs_sub.add_parser("events", parents=[client], help="the run's event log")
@@ -72,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         "resume", parents=[client], help="resume a paused run from its last checkpoint"
     )
     resume.add_argument("run_id", help="the run id (run_...)")
+
+    _agents_parser(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -119,3 +128,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="stop it even if agentrt processes still use it"
     )
     return parser
+
+
+def _agents_parser(sub: Any, client: argparse.ArgumentParser) -> None:
+    agents = sub.add_parser("agents", help="agent profiles: list, show, create, update, delete")
+    agents_sub = agents.add_subparsers(dest="action", required=True, metavar="ACTION")
+    agents_sub.add_parser("list", parents=[client], help="the agents, each at its latest version")
+    show = agents_sub.add_parser("show", parents=[client], help="one agent's profile as JSON")
+    show.add_argument("agent", help="NAME (latest version) or NAME@VERSION")
+    versions = agents_sub.add_parser(
+        "versions", parents=[client], help="every version, newest first"
+    )
+    versions.add_argument("name", help="the agent's name")
+    create = agents_sub.add_parser(
+        "create", parents=[client], help="create an agent from a YAML or JSON file (admins)"
+    )
+    create.add_argument("file", help="the profile (name, instructions, model, tools, context...)")
+    create.add_argument("--name", help="the agent's name (default: `name` in the file)")
+    update = agents_sub.add_parser(
+        "update", parents=[client], help="store a new version from a file; new runs use it"
+    )
+    update.add_argument("name", help="the agent's name")
+    update.add_argument("file", help="the whole new profile, as YAML or JSON")
+    delete = agents_sub.add_parser(
+        "delete", parents=[client], help="delete an agent (past runs keep their version)"
+    )
+    delete.add_argument("name", help="the agent's name")

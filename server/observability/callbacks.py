@@ -150,6 +150,16 @@ class TraceCallbackHandler(BaseCallbackHandler):
                 "agentrt.messages": sum(len(batch) for batch in messages),
             },
         )
+        step = meta.get("agentrt_step")
+        if step is not None:  # link the manifest of what this call was sent (docs/context.md)
+            span.set_attributes(
+                {
+                    "agentrt.step": int(step),
+                    "agentrt.purpose": str(meta.get("agentrt_purpose", "answer")),
+                    "agentrt.context_url": f"/api/runs/{self._info.run_id}/context"
+                    f"?step={int(step)}&attempt={self._info.attempt}",
+                }
+            )
         self._payload(span, "input", [[message_to_dict(m) for m in batch] for batch in messages])
 
     def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:

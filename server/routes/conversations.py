@@ -38,6 +38,12 @@ class ConversationIn(BaseModel):
 
     title: str | None = Field(default=None, max_length=500)
     model: str | None = Field(default=None, description="Default model for this conversation.")
+    agent: str | None = Field(
+        default=None,
+        max_length=80,
+        description="The agent profile its runs use: `support` (its latest version at each "
+        "message) or `support@3`; `default` when unset.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -68,6 +74,12 @@ class MessageIn(BaseModel):
 
     content: str
     model: str | None = None
+    agent: str | None = Field(
+        default=None,
+        max_length=80,
+        description="The agent profile for this run (`support` or `support@3`); the "
+        "conversation's when unset.",
+    )
     options: RunOptions = Field(default_factory=RunOptions)
     if_busy: Literal["enqueue", "reject", "interrupt"] | None = Field(
         default=None,
@@ -97,7 +109,7 @@ async def post_conversation(
         raise InvalidRequestError(problem)
     if body.model is not None:
         models.validate(body.model)
-    row = await create_conversation(pool, who, body.title, body.model, body.metadata)
+    row = await create_conversation(pool, who, body.title, body.model, body.metadata, body.agent)
     return conversation_view(row)
 
 
@@ -159,6 +171,7 @@ async def post_message(
         conversation_id=conversation_id,
         content=body.content,
         model=body.model,
+        agent=body.agent,
         options=body.options.model_dump(by_alias=True, exclude_none=True, mode="json"),
         needs=body.options.needs or [],
         if_busy=body.if_busy,

@@ -65,6 +65,7 @@ class Conversation(ApiModel):
     conversation_id: str
     title: str | None
     model: str | None
+    agent: str | None = Field(None, description="The agent profile its runs use by default.")
     metadata: dict[str, Any]
     user_id: str
     created_at: str | None
@@ -103,6 +104,13 @@ class RunError(ApiModel):
     message: str | None
 
 
+class AgentRef(ApiModel):
+    """The exact agent profile version a run uses (version 0: the built-in default)."""
+
+    name: str
+    version: int
+
+
 class Run(ApiModel):
     """The run record."""
 
@@ -111,6 +119,7 @@ class Run(ApiModel):
     user_id: str
     status: RunStatus
     model: str
+    agent: AgentRef
     options: dict[str, Any]
     input_message_id: str | None
     output_message_id: str | None
@@ -158,6 +167,7 @@ class RunAccepted(ApiModel):
     message_id: str
     model: str
     model_source: str | None
+    agent: AgentRef | None = None
     stream_url: str
     snapshot_url: str
 

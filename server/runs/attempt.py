@@ -24,6 +24,9 @@ from langgraph.types import Command, Interrupt, StateSnapshot
 
 from graphs.context import RunContext
 from graphs.events import EventType
+from server.agents.context_store import PostgresSummaryStore
+from server.agents.runtime import context_setup, profile_toolbox, run_caller
+from server.agents.store import AgentVersion, run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
@@ -33,7 +36,6 @@ from server.observability.tracing import Tracing
 from server.runs.approvals import resume_command
 from server.runs.failures import describe_failure
 from server.runs.records import Claim
-from server.runs.toolbox import run_toolbox
 from server.settings import Settings
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
@@ -195,8 +197,10 @@ class Attempt:
 
     async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
         """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
-        config = self._config(callbacks)
-        context = await self._context()
+        async with self.deps.pool.connection() as conn:
+            agent = await run_agent(conn, self.run.tenant_id, *self.run.agent)
+        config = self._config(callbacks, agent)
+        context = await self._context(agent)
         state = await self.deps.graph.aget_state(config)
         graph_input: GraphInput
         if state.values.get("run_id") == self.run.id:
@@ -222,30 +226,30 @@ class Attempt:
             self.projector.handle(mode, chunk)
         return (await self.deps.graph.aget_state(config)).interrupts
 
-    def _config(self, callbacks: list[BaseCallbackHandler]) -> RunnableConfig:
+    def _config(self, callbacks: list[BaseCallbackHandler], agent: AgentVersion) -> RunnableConfig:
         return {
             "configurable": {
                 "thread_id": self.run.conversation_id,
                 FENCE_RUN: self.run.id,
                 FENCE_GENERATION: self.run.lease_generation,
             },
-            "recursion_limit": self._max_steps() * 4 + 10,
+            "recursion_limit": self._max_steps(agent) * 4 + 10,
             "callbacks": callbacks,
         }
 
-    def _max_steps(self) -> int:
-        return int(self.run.options.get("maxSteps") or self.deps.settings.max_steps)
+    def _max_steps(self, agent: AgentVersion) -> int:
+        options, settings = self.run.options, self.deps.settings
+        return int(options.get("maxSteps") or agent.spec.max_steps or settings.max_steps)
 
-    async def _context(self) -> RunContext:
-        """Build the run's LangGraph context: its model caller, toolbox and limits."""
+    async def _context(self, agent: AgentVersion) -> RunContext:
+        """Build the run's LangGraph context: its profile's model caller, toolbox and limits."""
         deps, run = self.deps, self.run
-        toolbox = await run_toolbox(deps.tools, deps.pool, run, run.lease_generation)
+        toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent)
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
-        caller = deps.models.caller(
-            run.model, budget=run_budget(run.options, deps.settings), totals=run.usage or None
-        )
+        budget = run_budget(run.options, deps.settings)
+        caller = run_caller(deps.models, run.model, agent, budget=budget, totals=run.usage or None)
         return RunContext(
             run_id=run.id,
             conversation_id=run.conversation_id,
@@ -254,8 +258,18 @@ class Attempt:
             model_caller=caller,
             tools=toolbox.visible(),
             toolbox=toolbox,
-            max_steps=self._max_steps(),
+            max_steps=self._max_steps(agent),
             tool_timeout_s=deps.settings.tool_timeout_s,
+            system_prompt=agent.spec.instructions,
+            attempt=run.attempt,
+            context_setup=context_setup(
+                agent,
+                run.model,
+                models=deps.models,
+                settings=deps.settings,
+                summaries=PostgresSummaryStore(deps.pool, run.tenant_id),
+                caller=caller,
+            ),
         )
 
     async def _resume_input(self, state: StateSnapshot) -> Command[Any] | None:

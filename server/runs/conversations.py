@@ -6,6 +6,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from server.agents.store import resolve_agent
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.errors import ConversationNotFoundError
@@ -13,14 +14,25 @@ from server.ids import new_id
 
 
 async def create_conversation(
-    pool: Pool, who: Principal, title: str | None, model: str | None, metadata: dict[str, Any]
+    pool: Pool,
+    who: Principal,
+    title: str | None,
+    model: str | None,
+    metadata: dict[str, Any],
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """Create a conversation owned by the caller."""
+    """Create a conversation owned by the caller; `agent` names the profile its runs use.
+
+    Raises:
+        UnknownAgentError: `agent` names no profile of the caller's tenant.
+    """
     async with pool.connection() as conn:
+        if agent is not None:
+            await resolve_agent(conn, who.tenant_id, agent)
         cur = await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
-            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata)),
+            "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata, agent)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *",
+            (new_id("conv"), who.tenant_id, who.user_id, title, model, Jsonb(metadata), agent),
         )
         row = await cur.fetchone()
     assert row is not None

@@ -7,7 +7,13 @@ from typing import Any
 
 from langgraph.errors import GraphRecursionError
 
-from nodes.errors import BudgetExceededError, ModelCallFailedError, RunEndingError, StepLimitError
+from nodes.errors import (
+    BudgetExceededError,
+    ContextOverflowError,
+    ModelCallFailedError,
+    RunEndingError,
+    StepLimitError,
+)
 from server.domain import FailureReason
 from server.errors import RunTimeoutError
 
@@ -18,6 +24,7 @@ REASONS: Mapping[type[BaseException], FailureReason] = {
     BudgetExceededError: FailureReason.BUDGET_EXCEEDED,
     ModelCallFailedError: FailureReason.MODEL_CALL_FAILED,
     RunTimeoutError: FailureReason.TIMEOUT,
+    ContextOverflowError: FailureReason.CONTEXT_OVERFLOW,
 }
 # LangGraph's own message names its setting, which our users do not set.
 RECURSION_MESSAGE = "the graph exceeded its recursion limit without finishing"

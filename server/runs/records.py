@@ -43,6 +43,7 @@ class NewRun:
         user_limit: With the `reject` limit policy, the most runs a user may have queued or
             active; beyond it, TooManyRunsError. None queues without limit.
         model_source: Why this model was picked (server/usage/routing.py), kept in the event.
+        agent: The agent profile's name and the exact version the run uses.
     """
 
     conversation_id: str
@@ -52,6 +53,7 @@ class NewRun:
     if_busy: str = "enqueue"
     user_limit: int | None = None
     model_source: str | None = None
+    agent: tuple[str, int] = ("default", 0)
 
 
 async def create_run(
@@ -65,12 +67,13 @@ async def create_run(
     if_busy: str = "enqueue",
     user_limit: int | None = None,
     model_source: str | None = None,
+    agent: tuple[str, int] = ("default", 0),
 ) -> Run:
     """Store the user message and a queued run with its `run.created` event, atomically.
 
     The arguments are those of `NewRun`.
     """
-    new = NewRun(conversation_id, content, model, options, if_busy, user_limit, model_source)
+    new = NewRun(conversation_id, content, model, options, if_busy, user_limit, model_source, agent)
 
     async def insert(conn: Conn) -> Run:
         return await _insert_run(conn, who, new)
@@ -143,12 +146,14 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             "conversationId": new.conversation_id,
             "model": new.model,
             "modelSource": new.model_source,
+            "agent": f"{new.agent[0]}@{new.agent[1]}",
             "inputMessageId": message_id,
         },
     )
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-        " input_message_id, principal_roles) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        " input_message_id, principal_roles, agent_name, agent_version)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             run_id,
             new.conversation_id,
@@ -158,6 +163,7 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             Jsonb(new.options),
             message_id,
             sorted(who.roles),
+            *new.agent,
         ),
     )
     await append_events(conn, run_id, head=new_head(run_id), events=[created])

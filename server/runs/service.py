@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from server.agents.store import resolve_agent
 from server.auth import Principal
 from server.db.pool import Pool
 from server.domain import Run, RunStatus
@@ -36,6 +37,7 @@ class NewMessage:
     conversation_id: str
     content: str
     model: str | None
+    agent: str | None
     options: dict[str, Any]
     needs: list[str]
     if_busy: str | None
@@ -64,6 +66,7 @@ class RunService:
 
         Raises:
             ConversationNotFoundError: no such conversation for the caller's tenant.
+            UnknownAgentError: the message or conversation names no profile of the tenant.
             UnknownModelError: the model picked names no usable model.
             ConversationBusyError, TooManyRunsError: refused by the `reject` policies.
             IdempotencyKeyReusedError: the key was used with a different body.
@@ -71,25 +74,30 @@ class RunService:
         settings = self.settings
         async with self.pool.connection() as conn:
             conversation = await get_conversation(conn, who, message.conversation_id)
+            agent = await resolve_agent(conn, who.tenant_id, message.agent or conversation["agent"])
         pick = pick_model(
             requested=message.model,
-            conversation_model=conversation["model"],
+            conversation_model=conversation["model"] or agent.spec.model,
             text=message.content,
             needs=message.needs,
             rules=settings.model_routes,
             default=settings.default_model,
         )
         model = self.models.validate(pick.model_id)
+        options = dict(message.options)
+        if agent.spec.run_timeout_seconds is not None:
+            options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
         limits = settings.tenant_limits.get(who.tenant_id, {})
         user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
         new = NewRun(
             message.conversation_id,
             message.content,
             model,
-            message.options,
+            options,
             if_busy=message.if_busy or settings.conversation_busy_policy,
             user_limit=user_limit if settings.limit_policy == "reject" else None,
             model_source=pick.source,
+            agent=(agent.name, agent.version),
         )
         accepted, replayed = await accept_message(self.pool, who, new, message.idempotency)
         if not replayed:

@@ -8,10 +8,8 @@ from psycopg.types.json import Jsonb
 
 from server.auth import Principal
 from server.db.pool import Conn, Pool
-from server.domain import Run
 from server.errors import ToolConfigError
 from tools.config import TenantToolConfig
-from tools.ledger import PostgresToolLedger
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
 
@@ -59,23 +57,6 @@ async def store_overlay(pool: Pool, who: Principal, config: TenantToolConfig) ->
                 who.user_id,
             ),
         )
-
-
-async def run_toolbox(registry: ToolRegistry, pool: Pool, run: Run, generation: int) -> Toolbox:
-    """Build the toolbox of one attempt of `run`, with the Postgres ledger."""
-    async with pool.connection() as conn:
-        overlay = await load_overlay(conn, run.tenant_id)
-    only = run.options.get("tools")
-    return await registry.toolbox(
-        run_id=run.id,
-        tenant_id=run.tenant_id,
-        user_id=run.user_id,
-        roles=frozenset(run.principal_roles),
-        generation=generation,
-        ledger=PostgresToolLedger(pool, run.tenant_id),
-        overlay=overlay,
-        only=only,
-    )
 
 
 async def principal_toolbox(registry: ToolRegistry, pool: Pool, who: Principal) -> Toolbox:

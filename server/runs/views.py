@@ -14,6 +14,7 @@ def conversation_view(row: dict[str, Any]) -> dict[str, Any]:
         "conversationId": row["id"],
         "title": row["title"],
         "model": row["model"],
+        "agent": row["agent"],
         "metadata": row["metadata"],
         "userId": row["user_id"],
         "createdAt": iso(row["created_at"]),
@@ -47,6 +48,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "userId": run.user_id,
         "status": run.status.value,
         "model": run.model,
+        "agent": {"name": run.agent_name, "version": run.agent_version},
         "options": run.options,
         "inputMessageId": run.input_message_id,
         "outputMessageId": run.output_message_id,
@@ -74,6 +76,7 @@ def accepted_view(run: Run, model_source: str | None) -> dict[str, Any]:
         "messageId": run.input_message_id,
         "model": run.model,
         "modelSource": model_source,
+        "agent": {"name": run.agent_name, "version": run.agent_version},
         "streamUrl": f"/api/runs/{run.id}/events",
         "snapshotUrl": f"/api/runs/{run.id}/snapshot",
     }

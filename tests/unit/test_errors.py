@@ -59,6 +59,12 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
         {"runId": "run_1"},
     ),
     (errors.BadCursorError("c"), 422, "invalid_cursor", {}),
+    (errors.AgentForbiddenError("needs admin"), 403, "forbidden", {}),
+    (errors.AgentNotFoundError("support", 3), 404, "agent_not_found", {}),
+    (errors.AgentExistsError("support"), 409, "agent_exists", {}),
+    (errors.AgentReadOnlyError("declared in agents/support.yaml"), 409, "agent_read_only", {}),
+    (errors.UnknownAgentError("no agent 'x'"), 422, "unknown_agent", {}),
+    (errors.BadAgentReferenceError("'a@b' is not name@version"), 422, "unknown_agent", {}),
     (errors.ToolConfigError("stdio servers are the operator's"), 422, "invalid_tool_config", {}),
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
@@ -69,6 +75,7 @@ INTERNAL = [
     errors.LeaseLostError("run_1: lease generation 3 superseded"),
     errors.RunTimeoutError("the run passed its deadline"),
     errors.StartupError("port 8000 is taken"),
+    errors.AgentFileError("agents/x.yaml: needs `name`"),
 ]
 # The groups, never raised themselves.
 BASES = {errors.AgentrtError, errors.BadRequestError, errors.ForbiddenError}

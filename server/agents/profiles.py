@@ -1,0 +1,134 @@
+"""Agent profiles: what an agent is (instructions, model, tools, limits, context policy).
+
+A profile is named per tenant and versioned: every change stores a new immutable version,
+and a run records the exact version it used. A reference is `name` (the latest version) or
+`name@version`. The built-in `default` profile (version 0) reproduces the behaviour of a
+server without profiles: the default instructions, the server's model, every tool the tenant
+allows, and the server's limits.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from graphs.context import DEFAULT_SYSTEM_PROMPT
+from nodes.context.setup import DEFAULT_MAX_ITEM_TOKENS, DEFAULT_RESERVE_OUTPUT, ContextPolicy
+from server.errors import BadAgentReferenceError
+from tools.config import ToolOverride
+
+DEFAULT_AGENT = "default"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]{0,62})(?:@(?P<version>[0-9]{1,9}))?$")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
+
+
+class SummaryPolicy(_Spec):
+    """Running summaries of history that no longer fits (docs/context.md)."""
+
+    enabled: bool = False
+    model: str | None = Field(
+        default=None,
+        description="The (cheap) model that writes summaries; the run's model when unset.",
+    )
+    max_tokens: int = Field(default=1_000, ge=50, le=32_000)
+    input_tokens: int = Field(
+        default=16_000,
+        ge=500,
+        le=1_000_000,
+        description="The most transcript one summarising call reads.",
+    )
+
+
+class ContextSpec(_Spec):
+    """How the model's input is assembled."""
+
+    window: int | None = Field(
+        default=None,
+        ge=1_024,
+        description="The model's context window; from litellm's model map when unset.",
+    )
+    reserve_output_tokens: int = Field(default=DEFAULT_RESERVE_OUTPUT, ge=0, le=1_000_000)
+    budgets: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Token budgets by section: instructions, identity, skills, memory, "
+        "knowledge, plan, history.",
+    )
+    max_item_tokens: int = Field(default=DEFAULT_MAX_ITEM_TOKENS, ge=100, le=10_000_000)
+    summary: SummaryPolicy = Field(default_factory=SummaryPolicy)
+
+    @model_validator(mode="after")
+    def _room_for_input(self) -> ContextSpec:
+        if self.window is not None and self.reserve_output_tokens >= self.window // 2:
+            raise ValueError(
+                f"reserveOutputTokens ({self.reserve_output_tokens}) must be under half the "
+                f"window ({self.window}), or no room is left for the conversation"
+            )
+        return self
+
+    def policy(self) -> ContextPolicy:
+        """Return the engine's policy for this spec."""
+        return ContextPolicy(
+            window=self.window,
+            reserve_output_tokens=self.reserve_output_tokens,
+            budgets=dict(self.budgets),
+            max_item_tokens=self.max_item_tokens,
+            summary=self.summary.enabled,
+            summary_max_tokens=self.summary.max_tokens,
+            summary_input_tokens=self.summary.input_tokens,
+        )
+
+
+class AgentSpec(_Spec):
+    """The body of a profile version (`POST /api/agents`, `agents/*.yaml`)."""
+
+    description: str | None = Field(default=None, max_length=2_000)
+    instructions: str = Field(default=DEFAULT_SYSTEM_PROMPT, max_length=100_000)
+    model: str | None = Field(
+        default=None, description="Default model (`provider:model`); the server's when unset."
+    )
+    fallbacks: list[str] | None = Field(
+        default=None,
+        description="Models tried in order when the model fails; the server's "
+        "AGENTRT_MODEL_FALLBACKS when unset.",
+    )
+    tools: list[str] | None = Field(
+        default=None,
+        description="Tool names this agent may use (of those the tenant allows); "
+        "all of them when unset.",
+    )
+    tool_policies: dict[str, ToolOverride] = Field(
+        default_factory=dict, description="Per-tool policy overrides (risk, approval, timeouts)."
+    )
+    skills: list[str] = Field(default_factory=list)
+    memory: dict[str, Any] = Field(default_factory=dict)
+    retrieval: dict[str, Any] = Field(default_factory=dict)
+    context: ContextSpec = Field(default_factory=ContextSpec)
+    max_steps: int | None = Field(default=None, ge=1, le=200)
+    run_timeout_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+
+
+BUILTIN_DEFAULT = AgentSpec(description="The built-in agent: the server's defaults.")
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """Split `support` or `support@3` into (name, version or None).
+
+    Raises:
+        BadAgentReferenceError: anything else.
+    """
+    match = _REF.match(ref.strip())
+    if match is None:
+        raise BadAgentReferenceError(
+            f"agent {ref!r} is not a profile reference: use a name such as 'support' (its "
+            "latest version) or 'support@3' (version 3); names are lowercase letters, digits, "
+            "'-' and '_'"
+        )
+    version = match["version"]
+    return match["name"], None if version is None else int(version)

@@ -1,0 +1,167 @@
+"""What a run's agent profile decides at execution: instructions, tools, limits, context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
+from nodes.context.summary import ModelSummarizer, SummaryStore
+from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
+from nodes.models.caller import ResilientModelCaller
+from nodes.models.usage import Budget
+from server.agents.store import AgentVersion
+from server.db.pool import Pool
+from server.domain import Run
+from server.runs.toolbox import load_overlay
+from server.settings import Settings
+from server.usage.pricing import load_litellm
+from server.usage.registry import ModelRegistry
+from tools.config import TenantToolConfig
+from tools.ledger import PostgresToolLedger
+from tools.policy import Toolbox
+from tools.registry import ToolRegistry
+
+# LangGraph's tag that keeps a model call out of the `messages` stream (summaries are not
+# part of the answer).
+NOSTREAM = "nostream"
+
+
+def _litellm_names(model_id: str) -> list[str]:
+    provider, _, name = model_id.partition(":")
+    if provider == "openai":
+        return [name]
+    if provider == "litellm":
+        return [name, name.split("/", 1)[-1]]
+    return []
+
+
+def model_window(model_id: str, settings: Settings) -> int | None:
+    """Return the model's input window from litellm's model map, if the map knows it."""
+    names = _litellm_names(model_id)
+    if not names:
+        return None  # demo and scripted models: litellm is not even loaded for them
+    cost = load_litellm(settings).model_cost
+    for name in names:
+        info = cost.get(name)
+        if isinstance(info, dict):
+            window = info.get("max_input_tokens") or info.get("max_tokens")
+            if isinstance(window, int) and window > 0:
+                return window
+    return None
+
+
+def model_counter(model_id: str, settings: Settings) -> TokenCounter:
+    """Return the model's tokenizer: tiktoken for OpenAI models, litellm's for litellm ones."""
+    provider, _, name = model_id.partition(":")
+    if provider == "litellm":
+        litellm = load_litellm(settings)
+        short = name.split("/", 1)[-1]
+        counter = counter_for(short, None)
+        if not isinstance(counter, EstimateCounter):
+            return counter
+
+        def count(text: str) -> int:
+            return int(litellm.token_counter(model=name, text=text))
+
+        return counter_for(short, FunctionCounter(f"litellm:{name}", count))
+    return counter_for(name or provider)
+
+
+def without_streaming(caller: ResilientModelCaller, meter_of: ResilientModelCaller) -> Any:
+    """Return `caller` tagged out of the token stream, sharing the run's usage meter."""
+    choices = [
+        replace(c, model=c.model.model_copy(update={"tags": [*(c.model.tags or []), NOSTREAM]}))
+        for c in caller.choices
+    ]
+    return replace(caller, choices=choices, meter=meter_of.meter)
+
+
+def context_setup(
+    agent: AgentVersion,
+    model_id: str,
+    *,
+    models: ModelRegistry,
+    settings: Settings,
+    summaries: SummaryStore,
+    caller: ResilientModelCaller,
+) -> ContextSetup:
+    """Build the run's context setup from its profile version and model.
+
+    `caller` is the run's model caller: summaries share its usage meter and budgets.
+    """
+    spec = agent.spec
+    summary = spec.context.summary
+    summarizer = None
+    if summary.enabled:
+        summary_model = summary.model or model_id
+        summarizer = ModelSummarizer(
+            without_streaming(models.caller(summary_model), caller),
+            summary_model,
+            model_counter(summary_model, settings),
+            summary.input_tokens,
+        )
+    return ContextSetup(
+        policy=spec.context.policy(),
+        window=model_window(model_id, settings) or DEFAULT_WINDOW,
+        counter=model_counter(model_id, settings),
+        summarizer=summarizer,
+        summaries=summaries if summarizer else None,
+        profile={"name": agent.name, "version": agent.version},
+        model_id=model_id,
+        section_options={"skills": spec.skills, "memory": spec.memory, "retrieval": spec.retrieval},
+    )
+
+
+async def profile_toolbox(
+    registry: ToolRegistry, pool: Pool, run: Run, agent: AgentVersion
+) -> Toolbox:
+    """Build the toolbox of one attempt: the tenant's tools, narrowed to the profile's.
+
+    The profile's per-tool policy lies on top of the operator's and the tenant's.
+    """
+    async with pool.connection() as conn:
+        overlay = await load_overlay(conn, run.tenant_id)
+    policies = agent.spec.tool_policies
+    if policies:
+        effective = registry.resolve(run.tenant_id, overlay).tools
+        overlay = (overlay or TenantToolConfig()).model_copy(
+            update={"tools": {**effective, **policies}}
+        )
+    return await registry.toolbox(
+        run_id=run.id,
+        tenant_id=run.tenant_id,
+        user_id=run.user_id,
+        roles=frozenset(run.principal_roles),
+        generation=run.lease_generation,
+        ledger=PostgresToolLedger(pool, run.tenant_id),
+        overlay=overlay,
+        only=tool_allow_list(agent, run.options.get("tools")),
+    )
+
+
+def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:
+    """Return the tools the run may use: the profile's list, narrowed by the run's own."""
+    profile = agent.spec.tools
+    if profile is None:
+        return None if run_only is None else list(run_only)
+    if run_only is None:
+        return list(profile)
+    return [t for t in profile if t in set(run_only)]
+
+
+def run_caller(
+    models: ModelRegistry,
+    model_id: str,
+    agent: AgentVersion,
+    *,
+    budget: Budget,
+    totals: dict[str, Any] | None,
+) -> ResilientModelCaller:
+    """Build the run's model caller: its model, then the profile's fallbacks (or the server's)."""
+    caller = models.caller(model_id, budget=budget, totals=totals)
+    fallbacks = agent.spec.fallbacks
+    if fallbacks is None:
+        return caller
+    return replace(caller, choices=[caller.choices[0], *(models.choice(m) for m in fallbacks)])
