@@ -14,8 +14,8 @@ from graphs.context import DEFAULT_SYSTEM_PROMPT
 from server.agents.files import AgentFileError, sync_agent_files, sync_agents
 from server.app import create_app
 from server.auth import create_api_key
-from server.client.errors import StartupError
 from server.db.pool import Pool
+from server.errors import StartupError
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
