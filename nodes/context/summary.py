@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import BaseTool
 
+from graphs.context import ModelCaller
 from nodes.context.tokens import TokenCounter, message_text
 
 SUMMARY_PROMPT = (
@@ -73,21 +73,6 @@ class InMemorySummaryStore:
     async def save(self, conversation_id: str, run_id: str, summary: Summary) -> None:
         """Keep `summary`."""
         self.saved.setdefault(conversation_id, []).append(summary)
-
-
-class SummaryModel(Protocol):
-    """The model caller a summarizer uses (the run's `ModelCaller` shape)."""
-
-    async def call(
-        self,
-        messages: Sequence[BaseMessage],
-        tools: Sequence[BaseTool],
-        emit: Callable[[Any], None],
-        *,
-        step: int,
-    ) -> AIMessage:
-        """Call the model with `messages`; return its answer."""
-        ...
 
 
 class Summarizer(Protocol):
@@ -159,7 +144,7 @@ class ModelSummarizer:
         input_tokens: The most transcript one call reads.
     """
 
-    caller: SummaryModel
+    caller: ModelCaller
     model_id: str
     counter: TokenCounter
     input_tokens: int = 16_000
