@@ -47,6 +47,7 @@ from server.runs.toolbox import ToolConfigError
 from server.settings import Settings
 from server.usage.registry import ModelRegistry, UnknownModelError
 from tools.builtin import builtin_tools, load_tool_modules
+from tools.memory.tools import memory_tools
 from tools.mcp import McpCatalog
 from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
@@ -196,8 +197,12 @@ def install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
-    """The built-in tools plus those named in `AGENTRT_TOOL_MODULES`."""
-    return [*builtin_tools(settings.fetch_allowlist), *load_tool_modules(settings.tool_modules)]
+    """The built-in tools, the memory tools, and those named in `AGENTRT_TOOL_MODULES`."""
+    return [
+        *builtin_tools(settings.fetch_allowlist),
+        *memory_tools(),
+        *load_tool_modules(settings.tool_modules),
+    ]
 
 
 def build_tool_registry(

@@ -20,6 +20,7 @@ from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
+from tools.memory.tools import MEMORY_TOOLS
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
 
@@ -78,6 +79,14 @@ def without_streaming(caller: ResilientModelCaller, meter_of: ResilientModelCall
     return replace(caller, choices=choices, meter=meter_of.meter)
 
 
+def memory_options(agent: AgentVersion, run: dict[str, Any]) -> dict[str, Any]:
+    """Return the run's memory settings: the profile's, and whether the caller may change the
+    tenant's shared memories (a role the profile names)."""
+    memory = agent.spec.memory
+    roles = set(run.get("principal_roles") or ())
+    return {**memory.model_dump(), "tenant_write": bool(roles & set(memory.tenant_write_roles))}
+
+
 def context_setup(
     agent: AgentVersion,
     run: dict[str, Any],
@@ -108,7 +117,11 @@ def context_setup(
         summaries=PostgresSummaryStore(pool, run["tenant_id"]) if summarizer else None,
         profile={"name": agent.name, "version": agent.version},
         model_id=model_id,
-        section_options={"skills": spec.skills, "memory": spec.memory, "retrieval": spec.retrieval},
+        section_options={
+            "skills": spec.skills,
+            "memory": memory_options(agent, run),
+            "retrieval": spec.retrieval,
+        },
     )
 
 
@@ -125,7 +138,7 @@ async def profile_toolbox(
         overlay = (overlay or TenantToolConfig()).model_copy(
             update={"tools": {**effective, **policies}}
         )
-    return await registry.toolbox(
+    toolbox = await registry.toolbox(
         run_id=run["id"],
         tenant_id=run["tenant_id"],
         user_id=run["user_id"],
@@ -135,6 +148,9 @@ async def profile_toolbox(
         overlay=overlay,
         only=tool_allow_list(agent, (run["options"] or {}).get("tools")),
     )
+    if agent.spec.memory.mode == "off":
+        return replace(toolbox, allowed=toolbox.allowed - set(MEMORY_TOOLS))
+    return toolbox
 
 
 def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:

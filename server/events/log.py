@@ -22,6 +22,8 @@ from server.usage.ledger import USAGE_EVENT, store_model_calls
 
 EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"
 RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
+# What may follow a run's final event: memory extraction's report and its model usage.
+AFTER_END_EVENTS = frozenset({"memory.updated", "usage"})
 Conn = AsyncConnection[dict[str, Any]]
 
 
@@ -121,7 +123,7 @@ UPDATE runs SET
     last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
     updated_at = now(),
     started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
-    finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
+    finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
     error_type = COALESCE(%(error_type)s, error_type),
     error_message = COALESCE(%(error_message)s, error_message),
     error_details = COALESCE(%(error_details)s, error_details),
@@ -197,7 +199,9 @@ async def _append(
     conn: Conn, head: RunHead, events: list[NewEvent], generation: int | None
 ) -> tuple[RunHead, list[StoredEvent]]:
     run_id = head.run_id
-    if is_terminal(head.status):
+    after_end = is_terminal(head.status)
+    # Only unleased writers (the memory jobs) add to a finished run, and only what may follow.
+    if after_end and (generation is not None or any(e.type not in AFTER_END_EVENTS for e in events)):
         raise RunFinishedError(run_id, head.status)
     # A copy, so that a failed append leaves the caller's cached head untouched.
     snapshot = copy_snapshot(head.snapshot)
@@ -220,6 +224,7 @@ async def _append(
         "snapshot": Jsonb(snapshot),
         "status": status,
         "terminal": is_terminal(status),
+        "after_end": after_end,
         "release": is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED),
         "error_type": failed.data.get("errorType") if failed else None,

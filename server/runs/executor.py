@@ -36,6 +36,7 @@ from server.events.projection import STREAM_MODES, StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter
 from server.ids import new_id
+from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
 from server.observability.metrics import Metrics
@@ -453,6 +454,8 @@ async def _complete(writer: EventWriter, run: dict[str, Any]) -> None:
         await conn.execute(
             "UPDATE runs SET output_message_id = %s WHERE id = %s", (message_id, run["id"])
         )
+        # With the completion, so that a completed run never lacks its extraction job.
+        await enqueue_extraction(conn, run)
 
     await _finish(
         writer, "run.completed", {"outputMessageId": message_id, "output": output}, store_message
