@@ -23,7 +23,12 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.events.notify import Notifier
 from server.memory.jobs import MemoryJobs
-from server.memory.store import MemoryConfigError, make_embedder, open_memory_store
+from server.memory.store import (
+    MemoryConfigError,
+    index_kind,
+    make_embedder,
+    open_memory_store,
+)
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.executor import ExecutorDeps
@@ -118,7 +123,7 @@ async def open_runtime(
         try:
             embedder = make_embedder(settings, pool=pool, tracing=tracing, price=models.pricer)
             async with waiting("the memory store (another process may hold the migration lock)"):
-                store = await open_memory_store(pool, embedder)
+                store = await open_memory_store(pool, embedder, index_kind(settings, url))
         except MemoryConfigError as exc:
             raise StartupError(str(exc)) from exc
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).

@@ -129,6 +129,9 @@ class Settings(BaseSettings):
     # Send `dimensions` to the provider (OpenAI's text-embedding-3 models shorten vectors).
     embedding_send_dims: bool = True
     embedding_batch_size: int = Field(default=64, ge=1, le=2048)
+    # The memory store's vector index: `hnsw`, `flat` (exact scan, no index), or `auto`:
+    # HNSW, except on the embedded Postgres when this CPU cannot run its pgvector build.
+    memory_index: Literal["auto", "hnsw", "flat"] = "auto"
     # The model extracting memories when the profile names none; the run's model when unset.
     memory_extraction_model: str | None = None
     memory_poll_seconds: float = Field(default=2.0, gt=0)

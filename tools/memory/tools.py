@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from langchain_core.tools import ToolException
-from langgraph.config import get_runtime, get_store
+from langgraph.config import get_store
+from langgraph.runtime import get_runtime
 
 from tools.memory.book import (
     Memory,
@@ -33,7 +34,7 @@ def _run_memory() -> tuple[MemoryBook, Mapping[str, Any]]:
     """Return the store's memory book and the run's memory settings, or refuse plainly."""
     try:
         store = get_store()
-        context = get_runtime().context
+        context = getattr(get_runtime(), "context", None)
     except RuntimeError as exc:
         raise ToolException("memory tools run only inside an agent run") from exc
     if store is None:
