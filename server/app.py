@@ -20,6 +20,7 @@ from server.errors import install_fault_handlers
 from server.events.log import RunFinishedError, RunNotFoundError
 from server.events.sse import Feeds
 from server.ids import new_id
+from server.memory.service import MemoryApiError
 from server.process import open_runtime
 from server.routes import (
     admin,
@@ -33,6 +34,7 @@ from server.routes import (
     usage,
 )
 from server.routes import tools as tools_routes
+from server.routes import memory as memory_routes
 from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
 from server.runs.approvals import (
@@ -191,6 +193,10 @@ def install_error_handlers(app: FastAPI, max_body_bytes: int) -> None:
     async def on_agent(_: Request, exc: AgentError) -> JSONResponse:
         return _error(exc.status, exc.code, str(exc))
 
+    @app.exception_handler(MemoryApiError)
+    async def on_memory(_: Request, exc: MemoryApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, str(exc))
+
     @app.exception_handler(ToolConfigError)
     async def on_tool_config(_: Request, exc: ToolConfigError) -> JSONResponse:
         return _error(422, "invalid_tool_config", str(exc))
@@ -279,6 +285,7 @@ def create_app(
         usage.router,
         agents.router,
         context.router,
+        memory_routes.router,
     ):
         app.include_router(router)
     return app
