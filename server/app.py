@@ -33,8 +33,8 @@ from server.routes import (
     runs,
     usage,
 )
-from server.routes import tools as tools_routes
 from server.routes import memory as memory_routes
+from server.routes import tools as tools_routes
 from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
 from server.runs.approvals import (
@@ -49,8 +49,8 @@ from server.runs.toolbox import ToolConfigError
 from server.settings import Settings
 from server.usage.registry import ModelRegistry, UnknownModelError
 from tools.builtin import builtin_tools, load_tool_modules
-from tools.memory.tools import memory_tools
 from tools.mcp import McpCatalog
+from tools.memory.tools import memory_tools
 from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.agents.files import sync_agents
+from server.client.errors import StartupError
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
@@ -34,7 +35,6 @@ from server.observability.tracing import Tracing
 from server.runs.executor import ExecutorDeps
 from server.runs.worker import Worker
 from server.settings import Settings
-from server.client.errors import StartupError
 from server.startup import check_database, redact_url, waiting
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry

@@ -10,16 +10,82 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections import Counter
+from itertools import pairwise
 
 LEXICAL_MODEL = "lexical:v1"
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 # Words so common that matching them says nothing about two texts being related.
 _STOP = frozenset(
-    "a an the and or but of to in on at for with by is are was were be been it this that "
-    "i me my we our you your he she they them their his her its as so do does did not no "
-    "have has had will would can could should from about into than then there here what "
-    "which who whom when where why how".split()
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "by",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "this",
+        "that",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "she",
+        "they",
+        "them",
+        "their",
+        "his",
+        "her",
+        "its",
+        "as",
+        "so",
+        "do",
+        "does",
+        "did",
+        "not",
+        "no",
+        "have",
+        "has",
+        "had",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "from",
+        "about",
+        "into",
+        "than",
+        "then",
+        "there",
+        "here",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "when",
+        "where",
+        "why",
+        "how",
+    ]
 )
 
 
@@ -42,14 +108,15 @@ def lexical_vector(text: str, dims: int) -> list[float]:
     character trigrams of each word (0.3, so that `prefer` and `preferences` meet).
     """
     found = words(text)
-    features: Counter[str] = Counter()
+    features: dict[str, float] = {}
     for word in found:
-        features[f"w:{word}"] += 1.0
+        features[f"w:{word}"] = features.get(f"w:{word}", 0.0) + 1.0
         padded = f"<{word}>"
         for i in range(len(padded) - 2):
-            features[f"c:{padded[i : i + 3]}"] += 0.3
-    for left, right in zip(found, found[1:], strict=False):
-        features[f"b:{left} {right}"] += 0.5
+            gram = f"c:{padded[i : i + 3]}"
+            features[gram] = features.get(gram, 0.0) + 0.3
+    for left, right in pairwise(found):
+        features[f"b:{left} {right}"] = features.get(f"b:{left} {right}", 0.0) + 0.5
     vector = [0.0] * dims
     for feature, weight in features.items():
         index, sign = _bucket(feature, dims)

@@ -201,7 +201,9 @@ async def _append(
     run_id = head.run_id
     after_end = is_terminal(head.status)
     # Only unleased writers (the memory jobs) add to a finished run, and only what may follow.
-    if after_end and (generation is not None or any(e.type not in AFTER_END_EVENTS for e in events)):
+    if after_end and (
+        generation is not None or any(e.type not in AFTER_END_EVENTS for e in events)
+    ):
         raise RunFinishedError(run_id, head.status)
     # A copy, so that a failed append leaves the caller's cached head untouched.
     snapshot = copy_snapshot(head.snapshot)

@@ -77,9 +77,9 @@ SAVE_MEMORIES = StructuredTool.from_function(
 
 def render_request(exchange: str, existing: Sequence[Memory]) -> str:
     """Return the user message of the extraction call."""
-    stored = "\n".join(
-        f"m{i}: [{m.kind}] {m.text}" for i, m in enumerate(existing, start=1)
-    ) or "(none)"
+    stored = (
+        "\n".join(f"m{i}: [{m.kind}] {m.text}" for i, m in enumerate(existing, start=1)) or "(none)"
+    )
     return f"Stored memories:\n{stored}\n\nThe exchange:\n{exchange}"
 
 

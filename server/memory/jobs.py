@@ -215,7 +215,9 @@ class MemoryJobs:
             },
         }
         events = [
-            NewEvent(e["event"], {**{k: v for k, v in e.items() if k != "event"}, "purpose": "memory"})
+            NewEvent(
+                e["event"], {**{k: v for k, v in e.items() if k != "event"}, "purpose": "memory"}
+            )
             for e in emitted
             if e.get("event") == "usage"
         ]

@@ -154,7 +154,9 @@ class MemoryService:
         user = self._whose(user_id, "user")
         count = 0
         while True:
-            batch = await self.book.search(self.who.tenant_id, user_id=user, scope="user", limit=100)
+            batch = await self.book.search(
+                self.who.tenant_id, user_id=user, scope="user", limit=100
+            )
             if not batch:
                 return count
             for memory in batch:

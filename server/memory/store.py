@@ -261,13 +261,13 @@ async def open_memory_store(
         MemoryConfigError: the stored vectors have another size than the embedder's.
     """
     cls = AsyncPostgresStore if kind == "hnsw" else _ExactStore
-    store = cls(pool, index=index_config(embedder, kind))  # type: ignore[arg-type]
+    store = cls(pool, index=index_config(embedder, kind))
     async with migration_lock(pool) as conn:
         await store.setup()
         views = resources.files("server.memory").joinpath("views.sql").read_text("utf-8")
         for statement in views.split(";\n"):
             if "CREATE" in statement:  # one statement per call (no multi-statement prepare)
-                await conn.execute(statement)  # type: ignore[arg-type]
+                await conn.execute(statement)
     dims = await stored_dims(pool)
     if dims is not None and dims != embedder.dims:
         raise MemoryConfigError(

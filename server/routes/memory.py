@@ -136,9 +136,7 @@ async def patch_memory(
     return (await _service(request, who).update(memory_id, data, user_id)).to_json()
 
 
-@router.delete(
-    "/{memory_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404)
-)
+@router.delete("/{memory_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_memory(
     request: Request, memory_id: str, user_id: UserParam = None, who: Principal = CurrentPrincipal
 ) -> Response:

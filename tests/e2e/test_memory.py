@@ -145,10 +145,17 @@ async def test_a_preference_is_remembered_recalled_updated_and_forgotten_per_use
     try:
         async with client(base_url, keys["ann"]) as ann:
             fake.script("chat", Reply(text="Noted, dark mode it is."))
-            fake.script("extractor", save(
-                {"action": "add", "text": "Prefers dark mode in every app", "kind": "preference",
-                 "reason": "stated a lasting preference"}
-            ))
+            fake.script(
+                "extractor",
+                save(
+                    {
+                        "action": "add",
+                        "text": "Prefers dark mode in every app",
+                        "kind": "preference",
+                        "reason": "stated a lasting preference",
+                    }
+                ),
+            )
             first = await converse(ann, "I always want dark mode in every app I use.")
             (event,) = await memory_events(ann, first["runId"])
             assert event.data["data"]["counts"] == {"added": 1, "updated": 0, "removed": 0}
@@ -173,10 +180,18 @@ async def test_a_preference_is_remembered_recalled_updated_and_forgotten_per_use
 
             # A contradicting statement updates the item instead of adding a second one.
             fake.script("chat", Reply(text="Light mode from now on."))
-            fake.script("extractor", save(
-                {"action": "update", "ref": "m1", "text": "Prefers light mode in every app",
-                 "kind": "preference", "reason": "changed their mind"}
-            ))
+            fake.script(
+                "extractor",
+                save(
+                    {
+                        "action": "update",
+                        "ref": "m1",
+                        "text": "Prefers light mode in every app",
+                        "kind": "preference",
+                        "reason": "changed their mind",
+                    }
+                ),
+            )
             third = await converse(ann, "Actually I switched: light mode in every app now.")
             (event,) = await memory_events(ann, third["runId"])
             assert event.data["data"]["updated"][0]["previous"] == "Prefers dark mode in every app"
@@ -196,7 +211,8 @@ async def test_a_preference_is_remembered_recalled_updated_and_forgotten_per_use
                 assert await memories(eve, q="light mode") == []
 
             # `forget` removes it.
-            fake.script("chat",
+            fake.script(
+                "chat",
                 Reply(tool_calls=[FakeToolCall("forget", {"memory_id": stored["id"]})]),
                 Reply(text="Forgotten."),
             )
@@ -219,18 +235,22 @@ async def test_killing_the_worker_during_extraction_loses_nothing_and_writes_not
         first = await WorkerProcess(env).start()
         try:
             fake.script("chat", Reply(text="Got it."))
-            fake.script("extractor", save(
-                {"action": "add", "text": "Works at the Globex reactor", "kind": "fact"},
-                {"action": "add", "text": "Manages the HOLD-ME project", "kind": "fact"},
-            ))
+            fake.script(
+                "extractor",
+                save(
+                    {"action": "add", "text": "Works at the Globex reactor", "kind": "fact"},
+                    {"action": "add", "text": "Manages the HOLD-ME project", "kind": "fact"},
+                ),
+            )
             # The second memory's embedding never answers: the first is written, then the
             # worker is killed mid-job.
             fake.hold_embeddings = "HOLD-ME"
             run = await converse(eve, "I work at the Globex reactor and manage the big project.")
             async with asyncio.timeout(SLOW_S):
-                while not any(
-                    "HOLD-ME" in str(s.body.get("input")) for s in fake.served_for("emb")
-                ):
+                while True:
+                    held = [s for s in fake.served_for("emb") if "HOLD-ME" in str(s.body)]
+                    if held:
+                        break
                     await asyncio.sleep(0.1)
             written = await memories(eve, scope="user")
             assert [m["text"] for m in written] == ["Works at the Globex reactor"]

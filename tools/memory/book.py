@@ -180,7 +180,9 @@ class RecallPolicy:
     include_shared: bool = True
 
 
-def blend(similarity: float, updated_at: datetime | None, now: datetime, policy: RecallPolicy) -> float:
+def blend(
+    similarity: float, updated_at: datetime | None, now: datetime, policy: RecallPolicy
+) -> float:
     """Return `(1 - w) * similarity + w * 0.5 ** (age / half life)`."""
     age_days = max(0.0, (now - (updated_at or now)).total_seconds() / 86_400)
     recency = math.pow(0.5, age_days / max(policy.half_life_days, 1e-6))
@@ -241,14 +243,11 @@ class MemoryBook:
             prefixes = [tenant_prefix(tenant_id)]
         where = {"kind": kind} if kind else None
         ops = [
-            SearchOp(p, filter=where, limit=limit + offset, offset=0, query=query)
-            for p in prefixes
+            SearchOp(p, filter=where, limit=limit + offset, offset=0, query=query) for p in prefixes
         ]
         results = await self.store.abatch(ops)
         now = self.now()
-        found = [
-            from_item(i) for items in results for i in cast(list[SearchItem], items)
-        ]
+        found = [from_item(i) for items in results for i in cast(list[SearchItem], items)]
         found = [m for m in found if not m.expired(now)]
         if query:
             found.sort(key=lambda m: m.similarity or 0.0, reverse=True)

@@ -81,7 +81,7 @@ async def remember(
     book, settings = _run_memory()
     _check_scope(scope, settings)
     try:
-        text, kind = check_text(text), check_kind(kind)
+        text, checked_kind = check_text(text), check_kind(kind)
     except ValueError as exc:
         raise ToolException(str(exc)) from exc
     # The same tool call re-run after a crash writes the same item, not a second one.
@@ -92,7 +92,7 @@ async def remember(
             tenant_id=call.tenant_id,
             user_id=call.user_id if scope == "user" else None,
             text=text,
-            kind=kind,
+            kind=checked_kind,
             source_run_id=call.run_id,
             created_by=f"tool:{call.user_id}",
         )
