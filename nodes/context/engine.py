@@ -137,7 +137,7 @@ async def _section(
     """Build one section: its kept texts (framed if the spec says so) and its manifest entry."""
     items = await spec.provider(request)
     head, tail = spec.frame or ("", "")
-    frame_tokens = setup.counter.count(f"{head}\n{tail}") if spec.frame else 0
+    frame_tokens = setup.counter.count(f"{head}\n{tail}") if spec.frame and items else 0
     budget = None if spec.budget is None else spec.budget - frame_tokens
     kept, used, positions = _section_items(spec.name, items, budget, setup, seen, report)
     if kept and spec.frame:

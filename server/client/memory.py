@@ -70,16 +70,21 @@ def add_memory_parser(sub: Any, client: argparse.ArgumentParser) -> None:
         if name == "search":
             p.add_argument("query", help="what to look for")
         p.add_argument("--user", help="whose memories (admins); yours by default")
-        p.add_argument("--kind", choices=kinds)
-        p.add_argument("--limit", type=int, default=50)
+        p.add_argument("--kind", choices=kinds, help="only memories of this kind")
+        p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
         p.add_argument("--json", action="store_true", help="print JSON")
     add = actions.add_parser("add", parents=[client], help="remember something")
-    add.add_argument("text")
-    add.add_argument("--kind", choices=kinds, default="fact")
-    add.add_argument("--scope", choices=["user", "tenant"], default="user")
+    add.add_argument("text", help="what to remember, one self-contained sentence")
+    add.add_argument("--kind", choices=kinds, default="fact", help="default: fact")
+    add.add_argument(
+        "--scope",
+        choices=["user", "tenant"],
+        default="user",
+        help="user (default) or tenant: shared with the whole tenant (admins)",
+    )
     add.add_argument("--user", help="for another user (admins)")
-    add.add_argument("--expires-in-days", type=float)
+    add.add_argument("--expires-in-days", type=float, help="forget it after this many days")
     rm = actions.add_parser("rm", parents=[client], help="forget a memory (or --all of a user's)")
-    rm.add_argument("memory_id", nargs="?")
+    rm.add_argument("memory_id", nargs="?", help="the memory's id (mem_...)")
     rm.add_argument("--user", help="another user's (admins)")
     rm.add_argument("--all", action="store_true", help="forget everything about the user")
