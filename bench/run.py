@@ -28,6 +28,7 @@ BENCHMARKS = [
     "idle",
     "db_cost",
     "startup",
+    "memory",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
