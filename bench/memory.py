@@ -9,6 +9,7 @@ the user's and the shared namespaces, rank, with the embedding ledger row writte
 from __future__ import annotations
 
 import json
+import re
 import random
 import time
 from pathlib import Path
@@ -197,7 +198,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add("")
     figures.add("```")
     for line in plan.splitlines():
-        figures.add(line)
+        figures.add(re.sub(r"'\[[^\]]*\]'", "'[query vector]'", line))
     figures.add("```")
     tokens_in, tokens_out = extraction_tokens()
     figures.add("")
