@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.context.memory import MEMORY_SECTION
 from nodes.context.sections import SectionRegistry, default_registry
 from nodes.context.summary import Summarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, TokenCounter
@@ -66,9 +65,7 @@ class ContextSetup:
     policy: ContextPolicy = field(default_factory=ContextPolicy)
     window: int = DEFAULT_WINDOW
     counter: TokenCounter = field(default_factory=EstimateCounter)
-    registry: SectionRegistry = field(
-        default_factory=lambda: default_registry().with_section(MEMORY_SECTION)
-    )
+    registry: SectionRegistry = field(default_factory=default_registry)
     summarizer: Summarizer | None = None
     summaries: SummaryStore | None = None
     profile: Mapping[str, Any] = field(default_factory=lambda: {"name": "default", "version": 0})

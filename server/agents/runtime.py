@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from nodes.context.memory import MEMORY_SECTION
+from nodes.context.sections import default_registry
 from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
 from nodes.context.summary import ModelSummarizer
 from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
@@ -109,8 +111,12 @@ def context_setup(
             model_counter(summary_model, settings),
             summary.input_tokens,
         )
+    registry = default_registry()
+    if spec.memory.mode != "off":
+        registry = registry.with_section(MEMORY_SECTION)
     return ContextSetup(
         policy=spec.context.policy(),
+        registry=registry,
         window=model_window(model_id, settings) or DEFAULT_WINDOW,
         counter=model_counter(model_id, settings),
         summarizer=summarizer,
