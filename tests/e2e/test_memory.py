@@ -134,12 +134,31 @@ async def memories(c: httpx.AsyncClient, **params: str) -> list[dict[str, Any]]:
     return list(response.json()["memories"])
 
 
+async def jobs_settled(pool: Pool) -> None:
+    """Wait until no extraction job is left to run."""
+    async with asyncio.timeout(SLOW_S):
+        while True:
+            async with pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM memory_jobs WHERE status IN ('queued', 'running')"
+                )
+                row = await cur.fetchone()
+            if row is not None and row["n"] == 0:
+                return
+            await asyncio.sleep(0.2)
+
+
 def system_prompt(served: Any) -> str:
     return str(served.body["messages"][0]["content"])
 
 
 async def test_a_preference_is_remembered_recalled_updated_and_forgotten_per_user(
-    base_url: str, keys: dict[str, str], fake: FakeOpenAI, env: dict[str, str], profiles: None
+    base_url: str,
+    keys: dict[str, str],
+    fake: FakeOpenAI,
+    env: dict[str, str],
+    pool: Pool,
+    profiles: None,
 ) -> None:
     worker = await WorkerProcess(env).start()
     try:
@@ -219,6 +238,7 @@ async def test_a_preference_is_remembered_recalled_updated_and_forgotten_per_use
             fake.script("extractor", save())
             await converse(ann, "Please forget my theme preference.")
             assert await memories(ann, scope="user") == []
+            await jobs_settled(pool)
     finally:
         await worker.close()
 
@@ -231,6 +251,8 @@ async def test_killing_the_worker_during_extraction_loses_nothing_and_writes_not
     pool: Pool,
     profiles: None,
 ) -> None:
+    await jobs_settled(pool)
+    fake.reset()
     async with client(base_url, keys["eve"]) as eve:
         first = await WorkerProcess(env).start()
         try:
