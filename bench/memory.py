@@ -9,8 +9,8 @@ the user's and the shared namespaces, rank, with the embedding ledger row writte
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 import time
 from pathlib import Path
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from pydantic import Field
 
 from server.auth import CurrentPrincipal, Principal
@@ -15,10 +15,16 @@ from tools.memory.book import MAX_TEXT
 
 router = APIRouter(prefix="/api/memories", tags=["memory"], responses=COMMON_ERRORS)
 KindName = Literal["fact", "preference", "instruction", "episode"]
+ID_PATTERN = r"^[A-Za-z0-9_.:@-]{1,200}$"
 UserParam = Annotated[
     str | None,
-    Query(alias="userId", max_length=200, description="Whose memories (admins); yours if unset."),
+    Query(
+        alias="userId",
+        pattern=ID_PATTERN,
+        description="Whose memories (admins); yours if unset.",
+    ),
 ]
+MemoryId = Annotated[str, Path(pattern=r"^mem_[A-Za-z0-9]{1,64}$", description="`mem_...`")]
 
 
 class MemoryIn(ApiModel):
@@ -27,9 +33,9 @@ class MemoryIn(ApiModel):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     kind: KindName = "fact"
     scope: Literal["user", "tenant"] = "user"
-    user_id: str | None = Field(default=None, max_length=200)
+    user_id: str | None = Field(default=None, pattern=ID_PATTERN)
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
-    expires_in_days: float | None = Field(default=None, gt=0)
+    expires_in_days: float | None = Field(default=None, gt=0, le=36_500)
 
 
 class MemoryPatch(ApiModel):
@@ -38,7 +44,7 @@ class MemoryPatch(ApiModel):
     text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     kind: KindName | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    expires_in_days: float | None = Field(default=None, gt=0)
+    expires_in_days: float | None = Field(default=None, gt=0, le=36_500)
 
 
 class MemoryOut(ApiModel):
@@ -99,7 +105,10 @@ async def list_memories(
 
 @router.get("/{memory_id}", response_model=MemoryOut, responses=errors(403, 404))
 async def get_memory(
-    request: Request, memory_id: str, user_id: UserParam = None, who: Principal = CurrentPrincipal
+    request: Request,
+    memory_id: MemoryId,
+    user_id: UserParam = None,
+    who: Principal = CurrentPrincipal,
 ) -> dict[str, Any]:
     """Read one memory."""
     return (await _service(request, who).get(memory_id, user_id)).to_json()
@@ -126,7 +135,7 @@ async def post_memory(
 )
 async def patch_memory(
     request: Request,
-    memory_id: str,
+    memory_id: MemoryId,
     body: Annotated[MemoryPatch, CleanText, Body()],
     user_id: UserParam = None,
     who: Principal = CurrentPrincipal,
@@ -138,7 +147,10 @@ async def patch_memory(
 
 @router.delete("/{memory_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_memory(
-    request: Request, memory_id: str, user_id: UserParam = None, who: Principal = CurrentPrincipal
+    request: Request,
+    memory_id: MemoryId,
+    user_id: UserParam = None,
+    who: Principal = CurrentPrincipal,
 ) -> Response:
     """Forget one memory."""
     await _service(request, who).delete(memory_id, user_id)
