@@ -29,6 +29,7 @@ BENCHMARKS = [
     "db_cost",
     "startup",
     "context",
+    "memory",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

@@ -39,6 +39,7 @@ class EventType(StrEnum):
     MODEL_RETRY = "model.retry"
     MODEL_FALLBACK = "model.fallback"
     CONTEXT_BUILT = "context.built"
+    MEMORY_UPDATED = "memory.updated"
 
 
 E = EventType
@@ -273,6 +274,7 @@ class Usage(TypedDict):
     event: Literal[EventType.USAGE]
     call: ModelCall
     totals: dict[str, Any]
+    purpose: NotRequired[str]
 
 
 class ModelRetry(TypedDict):
@@ -322,6 +324,17 @@ class ContextBuilt(TypedDict):
     tools: list[str]
 
 
+class MemoryUpdated(TypedDict):
+    """`memory.updated`: what a run's memory extraction added, updated and removed."""
+
+    jobId: str
+    model: str | None
+    added: list[dict[str, Any]]
+    updated: list[dict[str, Any]]
+    removed: list[dict[str, Any]]
+    counts: dict[str, int]
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -346,6 +359,7 @@ PAYLOADS: dict[EventType, type] = {
     E.MODEL_RETRY: ModelRetry,
     E.MODEL_FALLBACK: ModelFallback,
     E.CONTEXT_BUILT: ContextBuilt,
+    E.MEMORY_UPDATED: MemoryUpdated,
 }
 
 

@@ -22,6 +22,7 @@ from server.routes import (
     runs,
     usage,
 )
+from server.routes import memory as memory_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
@@ -30,13 +31,18 @@ from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
+from tools.memory.tools import memory_tools
 from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
-    """The built-in tools plus those named in `AGENTRT_TOOL_MODULES`."""
-    return [*builtin_tools(settings.fetch_allowlist), *load_tool_modules(settings.tool_modules)]
+    """The built-in tools, the memory tools, and those named in `AGENTRT_TOOL_MODULES`."""
+    return [
+        *builtin_tools(settings.fetch_allowlist),
+        *memory_tools(),
+        *load_tool_modules(settings.tool_modules),
+    ]
 
 
 def build_tool_registry(
@@ -112,6 +118,7 @@ def create_app(
         usage.router,
         agents.router,
         context.router,
+        memory_routes.router,
     ):
         app.include_router(router)
     return app

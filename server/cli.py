@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents"}
+CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory"}
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -197,6 +197,14 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
     from server.process import setup_checkpointer
 
     async def act(pool: Any) -> str:
+        if args.action == "analyst-role":
+            from server.memory.analysts import create_analyst_role
+
+            password = await create_analyst_role(pool, args.name, args.password)
+            return (
+                f"role {args.name} may read the views analytics_memories, "
+                f"analytics_memory_jobs, analytics_embedding_calls; password: {password}"
+            )
         checkpointer = await setup_checkpointer(pool)
         if args.action == "migrate":
             return "schema is current"

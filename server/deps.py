@@ -14,8 +14,10 @@ from fastapi import Depends, Request
 
 from server.auth import Principal, presented_key, principal_of
 from server.db.pool import Pool
+from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.events.sse import Feeds
+from server.memory.service import MemoryService
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.service import RunService
@@ -107,4 +109,19 @@ async def get_service(request: Request) -> RunService:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_memory_service(request: Request, who: PrincipalDep) -> MemoryService:
+    """Return the memory store's service for the caller.
+
+    Raises:
+        MemoryUnavailableError: this process runs without a memory store.
+    """
+    store = request.app.state.runtime.store
+    if store is None:
+        raise MemoryUnavailableError("this server has no memory store")
+    return MemoryService(store, who)
+
+
 ServiceDep = Annotated[RunService, Depends(get_service)]
+MemoryDep = Annotated[MemoryService, Depends(get_memory_service)]

@@ -50,6 +50,18 @@ class LeaseLostError(AgentrtError):
     code = "lease_lost"
 
 
+class JobLeaseLostError(LeaseLostError):
+    """Another worker took a background job over; this one must write nothing more for it."""
+
+    code = "job_lease_lost"
+
+
+class MemoryConfigError(StartupError):
+    """The embedding settings cannot work; the message names the fix (refuses the start)."""
+
+    code = "memory_config"
+
+
 class RunTimeoutError(AgentrtError):
     """The run passed its wall-clock deadline; it fails with the reason `timeout`."""
 
@@ -101,6 +113,10 @@ class AgentForbiddenError(ForbiddenError):
     """Changing agent profiles needs the tenant's admin role."""
 
 
+class MemoryForbiddenError(ForbiddenError):
+    """The caller may not see or change these memories (another user's, or the tenant's)."""
+
+
 class NotFoundError(AgentrtError):
     """No such resource for the caller's tenant."""
 
@@ -143,6 +159,12 @@ class AgentNotFoundError(NotFoundError):
             f"{what} does not exist for your tenant; `GET /api/agents` (or `agentrt agents "
             "list`) lists the agents you can use"
         )
+
+
+class MemoryNotFoundError(NotFoundError):
+    """No such memory for the user or the tenant."""
+
+    code = "memory_not_found"
 
 
 class ConflictError(AgentrtError):
@@ -279,6 +301,12 @@ class BadAgentReferenceError(UnknownAgentError):
     """The text naming an agent is not `name` or `name@version`."""
 
 
+class InvalidMemoryError(InvalidRequestError):
+    """A memory's text, kind or expiry is refused; the message says why."""
+
+    code = "invalid_memory"
+
+
 class TooLargeError(AgentrtError):
     """The request body, or a part of it, is over its size limit."""
 
@@ -298,3 +326,10 @@ class TooManyRunsError(AgentrtError):
             f"you have {count} runs queued or running; the limit is {limit}. Wait for one to "
             "finish or cancel one"
         )
+
+
+class MemoryUnavailableError(AgentrtError):
+    """This process runs without a memory store."""
+
+    status = 503
+    code = "memory_unavailable"

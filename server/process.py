@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.postgres import AsyncPostgresStore
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
@@ -20,7 +21,10 @@ from server.agents.files import sync_agents
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
+from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.memory.jobs import MemoryJobs
+from server.memory.store import index_kind, make_embedder, open_memory_store
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.attempt import ExecutorDeps
@@ -45,6 +49,8 @@ class Runtime:
     worker: Worker | None
     tracing: Tracing
     metrics: Metrics
+    store: AsyncPostgresStore | None = None
+    memory_jobs: MemoryJobs | None = None
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -107,18 +113,28 @@ async def open_runtime(
             applied = await migrate(pool)
             checkpointer = await setup_checkpointer(pool)
         await sync_agents(pool, settings)
-        graph = build_agent_graph().compile(checkpointer=checkpointer)
+        metrics = Metrics()
+        tracing = Tracing(pool, settings, metrics, span_exporters)
+        try:
+            embedder = make_embedder(settings, pool=pool, tracing=tracing, price=models.pricer)
+            async with waiting("the memory store (another process may hold the migration lock)"):
+                store = await open_memory_store(pool, embedder, index_kind(settings, url))
+        except MemoryConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
+        graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
         notifier = Notifier(url)
         async with waiting("the notification listener"):
             await notifier.start()
-        metrics = Metrics()
-        tracing = Tracing(pool, settings, metrics, span_exporters)
         tracing.start()
         worker = None
+        memory_jobs = None
         if run_workers:
             deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
             worker = Worker(deps, notifier)
             await worker.start()
+            memory_jobs = MemoryJobs(pool, store, models, settings)
+            await memory_jobs.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
             redact_url(url),
@@ -141,12 +157,16 @@ async def open_runtime(
                 worker,
                 tracing,
                 metrics,
+                store=store,
+                memory_jobs=memory_jobs,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:
             if housekeeping is not None:
                 housekeeping.cancel()
                 await asyncio.gather(housekeeping, return_exceptions=True)
+            if memory_jobs is not None:
+                await memory_jobs.stop()
             if worker is not None:
                 await worker.stop()
             await tracing.stop()

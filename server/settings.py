@@ -123,6 +123,23 @@ class Settings(BaseSettings):
     mcp_api_allowed_hosts: list[str] = []
     mcp_discovery_ttl_s: float = 300.0
 
+    # Long-term memory (docs/memory.md). Embeddings: `lexical:v1` (offline, not semantic),
+    # `openai:<model>` (at openai_base_url) or `litellm:<provider>/<model>`. The store's vector
+    # column has `embedding_dims` numbers: changing model or size needs a re-embedding.
+    embedding_model: str = "lexical:v1"
+    embedding_dims: int = Field(default=256, ge=8, le=2000)
+    # Send `dimensions` to the provider (OpenAI's text-embedding-3 models shorten vectors).
+    embedding_send_dims: bool = True
+    embedding_batch_size: int = Field(default=64, ge=1, le=2048)
+    # The memory store's vector index: `hnsw`, `flat` (exact scan, no index), or `auto`:
+    # HNSW, except on the embedded Postgres when this CPU cannot run its pgvector build.
+    memory_index: Literal["auto", "hnsw", "flat"] = "auto"
+    # The model extracting memories when the profile names none; the run's model when unset.
+    memory_extraction_model: str | None = None
+    memory_poll_seconds: float = Field(default=2.0, gt=0)
+    memory_lease_seconds: float = Field(default=60.0, gt=0)
+    memory_max_attempts: int = Field(default=5, ge=1)
+
     run_workers: bool = True
     worker_concurrency: int = 16
     lease_seconds: float = 10.0

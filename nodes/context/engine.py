@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 
-from nodes.context.sections import SectionRequest
+from nodes.context.sections import SectionItems, SectionRequest, SectionSpec
 from nodes.context.setup import ContextSetup
 from nodes.context.summary import Summary
 from nodes.context.tokens import MESSAGE_OVERHEAD, TokenCounter, message_text, message_tokens
@@ -93,9 +93,10 @@ def _section_items(
     setup: ContextSetup,
     seen: dict[str, str],
     report: _Report,
-) -> tuple[list[str], int]:
+) -> tuple[list[str], int, list[int]]:
     counter, limit = setup.counter, setup.policy.max_item_tokens
     kept: list[str] = []
+    positions: list[int] = []
     used = 0
     for position, text in enumerate(items):
         digest = hashlib.sha256(text.encode()).hexdigest()
@@ -134,8 +135,39 @@ def _section_items(
             )
             continue
         kept.append(text)
+        positions.append(position)
         used += tokens
-    return kept, used
+    return kept, used, positions
+
+
+async def _section(
+    spec: SectionSpec,
+    request: SectionRequest,
+    setup: ContextSetup,
+    seen: dict[str, str],
+    report: _Report,
+) -> tuple[list[str], dict[str, Any]]:
+    """Build one section: its kept texts (framed if the spec says so) and its manifest entry."""
+    items = await spec.provider(request)
+    head, tail = spec.frame or ("", "")
+    frame_tokens = setup.counter.count(f"{head}\n{tail}") if spec.frame and items else 0
+    budget = None if spec.budget is None else spec.budget - frame_tokens
+    kept, used, positions = _section_items(spec.name, items, budget, setup, seen, report)
+    if kept and spec.frame:
+        kept = ["\n".join([head, *kept, tail])]
+        used += frame_tokens
+    entry: dict[str, Any] = {
+        "name": spec.name,
+        "kind": "system",
+        "order": spec.order,
+        "priority": spec.priority,
+        "budget": spec.budget,
+        "tokens": used,
+        "items": len(positions),
+    }
+    if isinstance(items, SectionItems) and items.details:
+        entry["itemDetails"] = [items.details[i] for i in positions if i < len(items.details)]
+    return kept, entry
 
 
 def _fit_items(
@@ -212,21 +244,8 @@ async def build(
     texts: dict[str, list[str]] = {}
     specs = setup.registry.with_budgets(policy.budgets).specs()
     for spec in specs:
-        items, used = _section_items(
-            spec.name, await spec.provider(request), spec.budget, setup, seen, report
-        )
-        texts[spec.name] = items
-        sections.append(
-            {
-                "name": spec.name,
-                "kind": "system",
-                "order": spec.order,
-                "priority": spec.priority,
-                "budget": spec.budget,
-                "tokens": used,
-                "items": len(items),
-            }
-        )
+        texts[spec.name], entry = await _section(spec, request, setup, seen, report)
+        sections.append(entry)
     by_name = {s.name: s for s in specs}
 
     all_sizes, humans = setup.memo.index(messages, tally.sizes)
@@ -254,6 +273,7 @@ async def build(
             }
         )
         entry.update(items=0, tokens=0, droppedWhole=True)
+        entry.pop("itemDetails", None)
         texts[entry["name"]] = []
     if system_tokens() + current_tokens > available:
         raise ContextOverflowError(

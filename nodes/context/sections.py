@@ -47,6 +47,17 @@ class SectionRequest:
     options: Mapping[str, object] = field(default_factory=dict)
 
 
+class SectionItems(list[str]):
+    """A provider's items with what the manifest should say of each (ids, scores).
+
+    `details[i]` describes item `i`; the manifest lists the details of the items kept.
+    """
+
+    def __init__(self, items: Iterable[str] = (), details: Iterable[dict[str, object]] = ()):
+        super().__init__(items)
+        self.details = list(details)
+
+
 SectionProvider = Callable[[SectionRequest], Awaitable[list[str]]]
 
 
@@ -61,6 +72,8 @@ class SectionSpec:
         priority: Higher is kept first when the sections do not all fit.
         budget: Default token budget (a profile may override it); None: no own limit.
         required: Never dropped whole (the instructions).
+        frame: Text put before and after the section's kept items (joined by newlines),
+            so that the model sees where the section starts and ends.
     """
 
     name: str
@@ -69,6 +82,7 @@ class SectionSpec:
     priority: int
     budget: int | None = None
     required: bool = False
+    frame: tuple[str, str] | None = None
 
 
 class SectionRegistry:

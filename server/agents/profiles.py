@@ -10,7 +10,7 @@ allows, and the server's limits.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -85,6 +85,46 @@ class ContextSpec(_Spec):
         )
 
 
+class MemoryRecallSpec(_Spec):
+    """Recall before a model call: which memories go into the `memory` section."""
+
+    enabled: bool = True
+    limit: int = Field(default=8, ge=1, le=50)
+    min_similarity: float = Field(
+        default=0.2, ge=-1.0, le=1.0, description="Less similar memories are left out."
+    )
+    recency_weight: float = Field(default=0.15, ge=0.0, le=1.0)
+    half_life_days: float = Field(default=90.0, gt=0)
+    include_shared: bool = Field(default=True, description="Recall the tenant's shared facts.")
+
+
+class MemorySpec(_Spec):
+    """Long-term memory (docs/memory.md).
+
+    `mode`: `off` (no memory at all: no recall, no tools, no extraction), `auto` (after every
+    completed run a job extracts what is worth keeping, and the tools are offered), or `tool`
+    (only the `remember`/`recall`/`forget` tools write and read).
+    """
+
+    mode: Literal["off", "auto", "tool"] = "off"
+    extraction_model: str | None = Field(
+        default=None,
+        description="The model that extracts memories; AGENTRT_MEMORY_EXTRACTION_MODEL, "
+        "else the run's model, when unset.",
+    )
+    recall: MemoryRecallSpec = Field(default_factory=MemoryRecallSpec)
+    tenant_write_roles: list[str] = Field(
+        default_factory=lambda: ["admin"],
+        description="Roles whose runs may remember and forget the tenant's shared facts.",
+    )
+    duplicate_similarity: float = Field(
+        default=0.9,
+        ge=0.0,
+        le=1.0,
+        description="An extracted memory this similar to a stored one updates it.",
+    )
+
+
 class AgentSpec(_Spec):
     """The body of a profile version (`POST /api/agents`, `agents/*.yaml`)."""
 
@@ -107,7 +147,7 @@ class AgentSpec(_Spec):
         default_factory=dict, description="Per-tool policy overrides (risk, approval, timeouts)."
     )
     skills: list[str] = Field(default_factory=list)
-    memory: dict[str, Any] = Field(default_factory=dict)
+    memory: MemorySpec = Field(default_factory=MemorySpec)
     retrieval: dict[str, Any] = Field(default_factory=dict)
     context: ContextSpec = Field(default_factory=ContextSpec)
     max_steps: int | None = Field(default=None, ge=1, le=200)

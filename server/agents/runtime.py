@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from nodes.context.memory import MEMORY_SECTION
+from nodes.context.sections import default_registry
 from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
 from nodes.context.summary import ModelSummarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
@@ -20,6 +22,7 @@ from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
+from tools.memory.tools import MEMORY_TOOLS
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
 
@@ -78,6 +81,17 @@ def without_streaming(caller: ResilientModelCaller, meter_of: ResilientModelCall
     return replace(caller, choices=choices, meter=meter_of.meter)
 
 
+def memory_options(agent: AgentVersion, roles: Sequence[str]) -> dict[str, Any]:
+    """Return the run's memory settings.
+
+    They are the profile's, and whether the caller may change the tenant's shared memories
+    (a role the profile names).
+    """
+    memory = agent.spec.memory
+    may_write = bool(set(roles) & set(memory.tenant_write_roles))
+    return {**memory.model_dump(), "tenant_write": may_write}
+
+
 def context_setup(
     agent: AgentVersion,
     model_id: str,
@@ -86,10 +100,12 @@ def context_setup(
     settings: Settings,
     summaries: SummaryStore,
     caller: ResilientModelCaller,
+    roles: Sequence[str] = (),
 ) -> ContextSetup:
     """Build the run's context setup from its profile version and model.
 
-    `caller` is the run's model caller: summaries share its usage meter and budgets.
+    `caller` is the run's model caller: summaries share its usage meter and budgets. `roles`
+    are the roles of the run's principal (they may allow writing the tenant's memories).
     """
     spec = agent.spec
     summary = spec.context.summary
@@ -102,15 +118,23 @@ def context_setup(
             model_counter(summary_model, settings),
             summary.input_tokens,
         )
+    registry = default_registry()
+    if spec.memory.mode != "off":
+        registry = registry.with_section(MEMORY_SECTION)
     return ContextSetup(
         policy=spec.context.policy(),
+        registry=registry,
         window=model_window(model_id, settings) or DEFAULT_WINDOW,
         counter=model_counter(model_id, settings),
         summarizer=summarizer,
         summaries=summaries if summarizer else None,
         profile={"name": agent.name, "version": agent.version},
         model_id=model_id,
-        section_options={"skills": spec.skills, "memory": spec.memory, "retrieval": spec.retrieval},
+        section_options={
+            "skills": spec.skills,
+            "memory": memory_options(agent, roles),
+            "retrieval": spec.retrieval,
+        },
     )
 
 
@@ -129,7 +153,7 @@ async def profile_toolbox(
         overlay = (overlay or TenantToolConfig()).model_copy(
             update={"tools": {**effective, **policies}}
         )
-    return await registry.toolbox(
+    toolbox = await registry.toolbox(
         run_id=run.id,
         tenant_id=run.tenant_id,
         user_id=run.user_id,
@@ -139,6 +163,9 @@ async def profile_toolbox(
         overlay=overlay,
         only=tool_allow_list(agent, run.options.get("tools")),
     )
+    if agent.spec.memory.mode == "off":
+        return replace(toolbox, allowed=toolbox.allowed - set(MEMORY_TOOLS))
+    return toolbox
 
 
 def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:

@@ -13,6 +13,7 @@ import httpx
 from server.client.agents import cmd_agents, render_context
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
+from server.client.memory import cmd_memory
 
 
 def _unreachable(settings: ClientConfig) -> ClientError:
@@ -161,4 +162,5 @@ CLIENT_COMMANDS: dict[
     "approve": cmd_approvals,
     "reject": cmd_approvals,
     "agents": cmd_agents,
+    "memory": cmd_memory,
 }

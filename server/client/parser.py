@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from server.client.memory import add_memory_parser
+
 APPROVAL_STATES = ["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"]
 
 
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run_id", help="the run id (run_...)")
 
     _agents_parser(sub, client)
+    add_memory_parser(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -127,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument(
         "--force", action="store_true", help="stop it even if agentrt processes still use it"
     )
+    analyst = db_sub.add_parser(
+        "analyst-role", help="create a read-only role for analysts (the memory views only)"
+    )
+    analyst.add_argument("--name", default="agentrt_analyst", help="the role's name")
+    analyst.add_argument("--password", help="its password (a random one is printed if unset)")
     return parser
 
 

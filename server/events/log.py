@@ -23,6 +23,9 @@ from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
 
+# What may follow a run's final event: memory extraction's report and its model usage.
+AFTER_END_EVENTS = frozenset({EventType.MEMORY_UPDATED, EventType.USAGE})
+
 
 @dataclass
 class NewEvent:
@@ -112,7 +115,7 @@ UPDATE runs SET
     last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
     updated_at = now(),
     started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
-    finished_at = CASE WHEN %(terminal)s THEN now() ELSE finished_at END,
+    finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
     error_type = COALESCE(%(error_type)s, error_type),
     error_message = COALESCE(%(error_message)s, error_message),
     error_details = COALESCE(%(error_details)s, error_details),
@@ -194,7 +197,11 @@ async def _append(
     generation: int | None,
     hooks: Sequence[StoreHook],
 ) -> tuple[RunHead, list[StoredEvent]]:
-    if is_terminal(head.status):
+    after_end = is_terminal(head.status)
+    # Only unleased writers (the memory jobs) add to a finished run, and only what may follow.
+    if after_end and (
+        generation is not None or any(e.type not in AFTER_END_EVENTS for e in events)
+    ):
         raise RunFinishedError(head.run_id, head.status)
     now = datetime.now(UTC)
     new, stored = _fold(head, events, now)
@@ -237,6 +244,7 @@ def _params(
 ) -> dict[str, Any]:
     """Return the parameters of the append's statements (`_MOVE`, `_APPEND`)."""
     status = new.status
+    after_end = is_terminal(head.status)
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
     return {
@@ -244,6 +252,7 @@ def _params(
         "snapshot": Jsonb(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
+        "after_end": after_end,
         "release": is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED),
         "error_type": failed.data.get("errorType") if failed else None,

@@ -269,6 +269,7 @@ class Attempt:
                 settings=deps.settings,
                 summaries=PostgresSummaryStore(deps.pool, run.tenant_id),
                 caller=caller,
+                roles=run.principal_roles,
             ),
         )
 

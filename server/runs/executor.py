@@ -23,6 +23,7 @@ from server.events.projection import StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter
 from server.ids import new_id
+from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
 from server.observability.tracing import RunInfo
@@ -174,6 +175,8 @@ async def _complete(writer: EventWriter, run: Run) -> None:
             (message_id, run.conversation_id, run.tenant_id, run.user_id, run.id, output),
         )
         await set_output_message(conn, run.id, message_id)
+        # With the completion, so that a completed run never lacks its extraction job.
+        await enqueue_extraction(conn, run)
 
     await _finish(
         writer,

@@ -1,6 +1,8 @@
 """A fake OpenAI-compatible chat server on a real socket, with scriptable faults.
 
-It speaks just enough HTTP/1.1 for the `openai` SDK and litellm: `POST /v1/chat/completions`,
+It speaks just enough HTTP/1.1 for the `openai` SDK and litellm: `POST /v1/embeddings`
+(vectors from the offline lexical embedder, so that similar texts are near), and
+`POST /v1/chat/completions`,
 streamed as SSE in chunked transfer encoding (so a dropped connection is a protocol error, as
 in real life) or answered in one JSON body. Each request takes the next `Reply` scripted for
 its model (or for "*"); a default answer is given when the script is empty.
@@ -16,6 +18,8 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from nodes.embeddings.lexical import lexical_vector
 
 
 @dataclass
@@ -115,6 +119,9 @@ class FakeOpenAI:
         self._ids = itertools.count(1)
         self.served: list[Served] = []
         self.port = 0
+        # Embedding requests with an input containing this text get no answer while it is set.
+        self.hold_embeddings: str | None = None
+        self.embedding_dims = 64
 
     @property
     def url(self) -> str:
@@ -177,6 +184,9 @@ class FakeOpenAI:
                 key, value = line.split(":", 1)
                 headers[key.strip().lower()] = value.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
+        if method == "POST" and path.endswith("/embeddings"):
+            await self._embeddings(writer, json.loads(body or b"{}"))
+            return
         if method != "POST" or not path.endswith("/chat/completions"):
             await self._respond(writer, 404, {"error": {"message": f"no route {path}"}})
             return
@@ -198,6 +208,33 @@ class FakeOpenAI:
         else:
             served.usage = usage
             await self._respond(writer, 200, self._completion(model, reply, usage), reply.headers)
+
+    async def _embeddings(self, writer: asyncio.StreamWriter, request: dict[str, Any]) -> None:
+        model = str(request.get("model", ""))
+        inputs = request.get("input", [])
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs]
+        reply = self._next(model)
+        served = Served(model, request, reply)
+        self.served.append(served)
+        hold = self.hold_embeddings
+        if reply.hang or (hold is not None and any(hold in t for t in texts)):
+            await asyncio.Event().wait()
+        if reply.status >= 400:
+            await self._respond(writer, reply.status, {"error": reply.error or {}}, reply.headers)
+            return
+        dims = int(request.get("dimensions") or self.embedding_dims)
+        tokens = sum(len(t.split()) for t in texts)
+        served.usage = usage_block(prompt=tokens, completion=0)
+        payload = {
+            "object": "list",
+            "model": model,
+            "data": [
+                {"object": "embedding", "index": i, "embedding": lexical_vector(t, dims)}
+                for i, t in enumerate(texts)
+            ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        await self._respond(writer, 200, payload, reply.headers)
 
     @staticmethod
     def _usage(reply: Reply) -> dict[str, int]:
