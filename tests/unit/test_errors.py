@@ -64,6 +64,9 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.AgentExistsError("support"), 409, "agent_exists", {}),
     (errors.AgentReadOnlyError("declared in agents/support.yaml"), 409, "agent_read_only", {}),
     (errors.UnknownAgentError("no agent 'x'"), 422, "unknown_agent", {}),
+    (errors.MemoryForbiddenError("needs admin"), 403, "forbidden", {}),
+    (errors.MemoryNotFoundError("no memory mem_1"), 404, "memory_not_found", {}),
+    (errors.InvalidMemoryError("text must not be empty"), 422, "invalid_memory", {}),
     (errors.BadAgentReferenceError("'a@b' is not name@version"), 422, "unknown_agent", {}),
     (errors.ToolConfigError("stdio servers are the operator's"), 422, "invalid_tool_config", {}),
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
@@ -76,6 +79,9 @@ INTERNAL = [
     errors.RunTimeoutError("the run passed its deadline"),
     errors.StartupError("port 8000 is taken"),
     errors.AgentFileError("agents/x.yaml: needs `name`"),
+    errors.JobLeaseLostError("plan not saved: the job was taken over"),
+    errors.MemoryConfigError("unknown embedding provider 'x'"),
+    errors.MemoryUnavailableError("this server has no memory store"),
 ]
 # The groups, never raised themselves.
 BASES = {errors.AgentrtError, errors.BadRequestError, errors.ForbiddenError}
