@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +11,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 
-from nodes.context.sections import SectionItems, SectionRequest, SectionSpec
+from nodes.context.section_build import SEPARATOR_TOKENS, Report, build_section
+from nodes.context.sections import SectionRequest
 from nodes.context.setup import ContextSetup
 from nodes.context.summary import Summary
 from nodes.context.tokens import MESSAGE_OVERHEAD, TokenCounter, message_text, message_tokens
@@ -21,8 +21,6 @@ from nodes.errors import ContextOverflowError
 
 TOKENIZER_KEY = "@tokenizer"
 _ID = attrgetter("id")
-# The blank line between two items of the system prompt, counted with each item.
-SEPARATOR_TOKENS = 2
 # The summary's heading and separator, kept free on top of its own limit.
 SUMMARY_FRAME_TOKENS = 32
 _CUT = "#cut"
@@ -79,104 +77,13 @@ class _Counts:
         ]
 
 
-@dataclass
-class _Report:
-    dropped: list[dict[str, Any]] = field(default_factory=list)
-    cut: list[dict[str, Any]] = field(default_factory=list)
-    deduplicated: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _section_items(
-    name: str,
-    items: list[str],
-    budget: int | None,
-    setup: ContextSetup,
-    seen: dict[str, str],
-    report: _Report,
-) -> tuple[list[str], int, list[int]]:
-    counter, limit = setup.counter, setup.policy.max_item_tokens
-    kept: list[str] = []
-    positions: list[int] = []
-    used = 0
-    for position, text in enumerate(items):
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        if digest in seen:
-            report.deduplicated.append(
-                {
-                    "section": name,
-                    "item": position,
-                    "duplicateOf": seen[digest],
-                    "reason": "exact duplicate",
-                }
-            )
-            continue
-        seen[digest] = f"{name}[{position}]"
-        tokens = counter.count(text) + SEPARATOR_TOKENS
-        if tokens > limit:
-            cut = cut_text(text, tokens, limit, counter, f"{name} item")
-            report.cut.append(
-                {
-                    "section": name,
-                    "item": position,
-                    "fromTokens": tokens,
-                    "toTokens": cut.to_tokens,
-                    "reason": "over the item limit",
-                }
-            )
-            text, tokens = cut.text, cut.to_tokens
-        if budget is not None and used + tokens > budget:
-            report.dropped.append(
-                {
-                    "section": name,
-                    "item": position,
-                    "tokens": tokens,
-                    "reason": f"over the section's budget ({budget} tokens)",
-                }
-            )
-            continue
-        kept.append(text)
-        positions.append(position)
-        used += tokens
-    return kept, used, positions
-
-
-async def _section(
-    spec: SectionSpec,
-    request: SectionRequest,
-    setup: ContextSetup,
-    seen: dict[str, str],
-    report: _Report,
-) -> tuple[list[str], dict[str, Any]]:
-    """Build one section: its kept texts (framed if the spec says so) and its manifest entry."""
-    items = await spec.provider(request)
-    head, tail = spec.frame or ("", "")
-    frame_tokens = setup.counter.count(f"{head}\n{tail}") if spec.frame and items else 0
-    budget = None if spec.budget is None else spec.budget - frame_tokens
-    kept, used, positions = _section_items(spec.name, items, budget, setup, seen, report)
-    if kept and spec.frame:
-        kept = ["\n".join([head, *kept, tail])]
-        used += frame_tokens
-    entry: dict[str, Any] = {
-        "name": spec.name,
-        "kind": "system",
-        "order": spec.order,
-        "priority": spec.priority,
-        "budget": spec.budget,
-        "tokens": used,
-        "items": len(positions),
-    }
-    if isinstance(items, SectionItems) and items.details:
-        entry["itemDetails"] = [items.details[i] for i in positions if i < len(items.details)]
-    return kept, entry
-
-
 def _fit_items(
     messages: Sequence[BaseMessage],
     sizes: list[int],
     counts: _Counts,
     setup: ContextSetup,
     section: str,
-    report: _Report,
+    report: Report,
     offset: int,
 ) -> tuple[list[BaseMessage], list[int]]:
     """Cut the messages over the item limit (with a note); return them and their sizes."""
@@ -234,7 +141,7 @@ async def build(
     """
     policy, counter = setup.policy, setup.counter
     tally = _Counts(counter, counts)
-    report = _Report()
+    report = Report()
     window = policy.window or setup.window
     available = window - policy.reserve_output_tokens - tools_tokens
 
@@ -244,7 +151,7 @@ async def build(
     texts: dict[str, list[str]] = {}
     specs = setup.registry.with_budgets(policy.budgets).specs()
     for spec in specs:
-        texts[spec.name], entry = await _section(spec, request, setup, seen, report)
+        texts[spec.name], entry = await build_section(spec, request, setup, seen, report)
         sections.append(entry)
     by_name = {s.name: s for s in specs}
 
@@ -356,7 +263,7 @@ async def _trim_history(
     budget: int,
     setup: ContextSetup,
     request: SectionRequest,
-    report: _Report,
+    report: Report,
     emit: Callable[[Any], None],
     step: int,
 ) -> tuple[dict[str, Any] | None, list[BaseMessage], list[int]]:
@@ -434,7 +341,7 @@ async def _trim_history(
 
 
 def _report_drop(
-    report: _Report,
+    report: Report,
     history: list[BaseMessage],
     prefix: list[int],
     starts: list[int],
