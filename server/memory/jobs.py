@@ -169,41 +169,50 @@ class MemoryJobs:
                 " LEFT JOIN messages o ON o.id = r.output_message_id WHERE r.id = %s",
                 (job["run_id"],),
             )
-            run = await cur.fetchone()
-            assert run is not None, f"run {job['run_id']} of job {job['id']} is missing"
-            agent = await run_agent(conn, run["tenant_id"], run["agent_name"], run["agent_version"])
+            row = await cur.fetchone()
+            assert row is not None, f"run {job['run_id']} of job {job['id']} is missing"
+            run = Run.from_row(row)
+            agent = await run_agent(conn, run.tenant_id, *run.agent)
+        said = (row["input_text"] or "", row["output_text"] or "")
         policy = agent.spec.memory
         book = MemoryBook(self.store)
-        scope = EmbeddingScope(run["tenant_id"], run["user_id"], run["id"], "extraction")
+        scope = EmbeddingScope(run.tenant_id, run.user_id, run.id, "extraction")
         plan = job["plan"]
         with embedding_scope(scope):
             if plan is None:
-                plan = await self._plan(job, run, book, policy.extraction_model)
+                plan = await self._plan(job, run, said, book, policy.extraction_model)
             changes = await apply_plan(
                 book,
                 plan,
                 job_id=job["id"],
-                tenant_id=run["tenant_id"],
-                user_id=run["user_id"],
-                run_id=run["id"],
-                message_id=run["input_message_id"],
+                tenant_id=run.tenant_id,
+                user_id=run.user_id,
+                run_id=run.id,
+                message_id=run.input_message_id,
                 duplicate_similarity=policy.duplicate_similarity,
             )
         await self._finish(job, run, plan, changes)
 
     async def _plan(
-        self, job: dict[str, Any], run: dict[str, Any], book: MemoryBook, model: str | None
+        self,
+        job: dict[str, Any],
+        run: Run,
+        said: tuple[str, str],
+        book: MemoryBook,
+        model: str | None,
     ) -> dict[str, Any]:
-        exchange = f"User: {run['input_text'] or ''}\nAssistant: {run['output_text'] or ''}"
+        """Ask the model what of the exchange (`said`: the user's, the answer) to keep."""
+        user_text, answer = said
+        exchange = f"User: {user_text}\nAssistant: {answer}"
         existing = await book.search(
-            run["tenant_id"],
-            user_id=run["user_id"],
+            run.tenant_id,
+            user_id=run.user_id,
             scope="user",
-            query=run["input_text"] or exchange,
+            query=user_text or exchange,
             limit=EXISTING_LIMIT,
         )
-        model_id = model or self.settings.memory_extraction_model or run["model"]
-        caller = self.models.caller(model_id, totals=run.get("usage") or None)
+        model_id = model or self.settings.memory_extraction_model or run.model
+        caller = self.models.caller(model_id, totals=run.usage or None)
         emitted: list[dict[str, Any]] = []
         decided = await decide(caller, exchange, existing, emitted.append)
         plan = {
@@ -230,13 +239,13 @@ class MemoryJobs:
             if cur.rowcount != 1:
                 raise JobLeaseLostError("plan not saved: the job was taken over")
             if events:
-                await append_events(conn, run["id"], events, hooks=[MODEL_CALLS])
+                await append_events(conn, run.id, events, hooks=[MODEL_CALLS])
         return plan
 
     async def _finish(
         self,
         job: dict[str, Any],
-        run: dict[str, Any],
+        run: Run,
         plan: dict[str, Any],
         changes: dict[str, list[dict[str, Any]]],
     ) -> None:
@@ -251,4 +260,4 @@ class MemoryJobs:
             )
             if cur.rowcount != 1:
                 raise JobLeaseLostError("not finished: the job was taken over")
-            await append_events(conn, run["id"], [NewEvent(EventType.MEMORY_UPDATED, data)])
+            await append_events(conn, run.id, [NewEvent(EventType.MEMORY_UPDATED, data)])
