@@ -111,7 +111,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     app = create_app(settings, models=models, tools=tools)
     print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
     print(f"  try:  {_try_command(host, port)}", flush=True)
-    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.http_keep_alive_s,
+    )
     DrainingServer(config, app).run(sockets=[sock])
     return 0
 

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     environment: Literal["local", "test", "production"] = "local"
     host: str = "127.0.0.1"
     port: int = 8000
+    # Idle keep-alive connections are closed after this long. Keep it above the idle timeout
+    # of any load balancer or client pool in front (60 s is common): a server that closes
+    # first races the client's next request on that connection, which then fails.
+    http_keep_alive_s: int = Field(default=75, ge=1)
 
     # Unprefixed on purpose: DATABASE_URL is what every hosting platform sets.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")

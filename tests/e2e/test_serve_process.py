@@ -6,6 +6,7 @@ the grace period; a second one hands them back at once.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 from pathlib import Path
@@ -156,5 +157,30 @@ async def test_a_second_sigint_hands_runs_back_at_once(database_url: str, tmp_pa
         assert not has_traceback(process.output), process.output
         status, kinds = _run_row(database_url, run_id)
         assert status == "queued" and kinds[-1] == "run.requeued"
+    finally:
+        await process.close()
+
+
+async def test_an_idle_connection_stays_usable_for_the_configured_keep_alive(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Clients and load balancers reuse idle connections. A server that closes one first races
+    # the client's next request on it, which then fails; so the keep-alive time is a setting.
+    env = worker_env(database_url, data_dir=str(tmp_path), http_keep_alive_s=60)
+    port = free_port()
+    process = await serve(env, port, "--no-workers").start(limit_s=120)
+    request = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(2):
+            writer.write(request)
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await asyncio.wait_for(reader.readexactly(length), 30)
+            # Idle past the HTTP server's own default (5 s): the idleness is what is tested.
+            await asyncio.sleep(6)
+        writer.close()
     finally:
         await process.close()

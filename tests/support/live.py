@@ -26,7 +26,15 @@ def free_port() -> int:
 async def serve(app: FastAPI) -> AsyncIterator[str]:
     """Serve `app` with uvicorn on a free loopback port; yield its base URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        # As `agentrt serve` does: a short keep-alive races the client's next request.
+        timeout_keep_alive=app.state.settings.http_keep_alive_s,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
