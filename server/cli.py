@@ -215,7 +215,13 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
             return "schema is current"
         days = settings.checkpoint_retention_days if args.days is None else args.days
         count = await prune_checkpoints(pool, checkpointer, retention_days=days)
-        return f"pruned the checkpoints of {count} conversations idle for {days:g} days"
+        from server.memory.store import prune_expired_memories
+
+        expired = await prune_expired_memories(pool)
+        return (
+            f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
+            f" deleted {expired} expired memories"
+        )
 
     print(await _with_pool(settings, act))
     return 0

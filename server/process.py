@@ -24,7 +24,7 @@ from server.db.pool import Pool, database_url, migrate, migration_lock, open_poo
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
 from server.memory.jobs import MemoryJobs
-from server.memory.store import index_kind, make_embedder, open_memory_store
+from server.memory.store import index_kind, make_embedder, open_memory_store, prune_expired_memories
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.attempt import ExecutorDeps
@@ -180,5 +180,6 @@ async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings:
             await prune_checkpoints(
                 pool, checkpointer, retention_days=settings.checkpoint_retention_days
             )
+            await prune_expired_memories(pool)
         except Exception:
-            log.exception("checkpoint pruning failed; will retry")
+            log.exception("pruning failed; will retry")

@@ -122,7 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
     db_sub.add_parser("migrate", help="apply schema migrations")
-    prune = db_sub.add_parser("prune", help="keep only the latest checkpoint of idle conversations")
+    prune = db_sub.add_parser(
+        "prune",
+        help="keep only the latest checkpoint of idle conversations; delete expired memories",
+    )
     prune.add_argument("--days", type=float, help="idle for this long (default: the setting)")
     stop = db_sub.add_parser(
         "stop", help="stop the embedded database (normally the last agentrt process does)"

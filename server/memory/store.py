@@ -274,3 +274,32 @@ async def open_memory_store(
             "the memories (docs/memory.md#changing-the-embedding-model)"
         )
     return store
+
+
+# Expired memories are already invisible (recall, lists and the analysts' views skip them);
+# deleting them keeps the store bounded. Their vectors go with them (ON DELETE CASCADE).
+_EXPIRED = """
+DELETE FROM store WHERE ctid IN (
+    SELECT ctid FROM store
+    WHERE prefix LIKE '%%.memories' AND value ? 'expiresAt' AND value ->> 'expiresAt' IS NOT NULL
+      AND (value ->> 'expiresAt')::timestamptz <= now()
+    LIMIT %(batch)s)
+"""
+
+
+async def prune_expired_memories(pool: Pool, batch: int = 1000) -> int:
+    """Delete memories past their expiry, in batches; return how many went."""
+    total = 0
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT to_regclass('store') IS NOT NULL AS ok")
+        row = await cur.fetchone()
+        if not row or not row["ok"]:
+            return 0  # memory was never set up on this database
+        while True:
+            cur = await conn.execute(_EXPIRED, {"batch": batch})
+            total += cur.rowcount
+            if cur.rowcount < batch:
+                break
+    if total:
+        log.info("deleted %d expired memories", total)
+    return total

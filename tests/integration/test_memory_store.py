@@ -9,7 +9,12 @@ import pytest
 from langgraph.store.postgres import AsyncPostgresStore
 
 from server.db.pool import Pool
-from server.memory.store import index_kind, make_embedder, open_memory_store
+from server.memory.store import (
+    index_kind,
+    make_embedder,
+    open_memory_store,
+    prune_expired_memories,
+)
 from server.settings import Settings
 from tools.memory.book import Memory, MemoryBook, RecallPolicy, new_id
 
@@ -60,6 +65,27 @@ async def test_expired_memories_are_not_recalled_and_deleted_ones_are_gone(
     await book.delete(kept)
     assert await book.get("initech", "pat", kept.id) is None
     assert await book.get("initech", "pat", old.id) is not None
+
+
+async def test_pruning_deletes_expired_memories_with_their_vectors_and_nothing_else(
+    pool: Pool, store: AsyncPostgresStore
+) -> None:
+    book = MemoryBook(store)
+    past, future = datetime.now(UTC) - timedelta(hours=1), datetime.now(UTC) + timedelta(days=1)
+    gone = await book.put(Memory(new_id(), "hooli", "gav", "Likes tethering", expires_at=past))
+    later = await book.put(Memory(new_id(), "hooli", "gav", "Owns a box", expires_at=future))
+    forever = await book.put(memory("hooli", None, "Hooli's motto is making the world better"))
+
+    assert await prune_expired_memories(pool, batch=1) >= 1
+    assert await book.get("hooli", "gav", gone.id) is None
+    assert await book.get("hooli", "gav", later.id) == later
+    assert await book.get("hooli", None, forever.id) == forever
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM store_vectors WHERE key = %s", (gone.id,)
+        )
+        assert (await cur.fetchone())["n"] == 0
+    assert await prune_expired_memories(pool) == 0
 
 
 async def test_ids_with_dots_are_kept_apart(store: AsyncPostgresStore) -> None:
