@@ -134,11 +134,14 @@ async def recall_latency(
                 timings.append(time.perf_counter() - began)
         vector = await embedder.aembed_query("dark mode editor")
         async with pool.connection() as conn:
+            # The namespace condition `AsyncPostgresStore` writes: the namespace or below it.
+            prefix = ".".join(namespace(TENANT, "user", "u1"))
             cur = await conn.execute(
                 "EXPLAIN SELECT s.key FROM store s JOIN store_vectors sv"
-                " ON s.prefix = sv.prefix AND s.key = sv.key WHERE s.prefix = %s"
+                " ON s.prefix = sv.prefix AND s.key = sv.key"
+                " WHERE (s.prefix = %s OR s.prefix LIKE %s)"
                 " ORDER BY sv.embedding <=> %s::halfvec LIMIT 49",
-                (".".join(namespace(TENANT, "user", "u1")), str(vector)),
+                (prefix, prefix + ".%", str(vector)),
             )
             plan = "\n".join(r["QUERY PLAN"] for r in await cur.fetchall())
     return timings, plan

@@ -63,6 +63,16 @@ def connection_kwargs() -> dict[str, Any]:
     }
 
 
+async def configure_connection(conn: Conn) -> None:
+    """Session settings for every pooled connection.
+
+    Our queries are short and indexed; a parallel plan starts worker processes that cost more
+    than they save, and lures the planner into scanning whole tables (a memory recall took a
+    parallel scan of every stored memory, four times slower than its index scan).
+    """
+    await conn.execute("SET max_parallel_workers_per_gather = 0")
+
+
 @asynccontextmanager
 async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
     """Open the process-wide connection pool."""
@@ -71,6 +81,7 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
         kwargs=connection_kwargs(),
+        configure=configure_connection,
         open=False,
         name="agentrt",
         # After a database restart, pooled connections are dead; check each one handed out.

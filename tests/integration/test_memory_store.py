@@ -116,3 +116,10 @@ async def test_the_recall_query_uses_the_hnsw_index(
         )
         plan = "\n".join(r["QUERY PLAN"] for r in await cur.fetchall())
     assert "store_vectors_embedding_idx" in plan, plan
+
+
+async def test_pooled_connections_do_not_plan_parallel_scans(pool: Pool) -> None:
+    # A parallel plan made recall scan every stored memory instead of one user's (see the pool).
+    async with pool.connection() as conn:
+        cur = await conn.execute("SHOW max_parallel_workers_per_gather")
+        assert (await cur.fetchone())["max_parallel_workers_per_gather"] == "0"
