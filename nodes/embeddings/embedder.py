@@ -228,11 +228,16 @@ class Embedder(Embeddings):
         self._rng = random.Random()
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed `texts`, `batch_size` per request."""
+        """Embed `texts`, `batch_size` per request; a text given twice is embedded (paid) once.
+
+        The store embeds a search's query once per namespace searched, so repeats are common.
+        """
+        unique = list(dict.fromkeys(texts))
         vectors: list[list[float]] = []
-        for start in range(0, len(texts), self.batch_size):
-            vectors += await self._request(texts[start : start + self.batch_size])
-        return vectors
+        for start in range(0, len(unique), self.batch_size):
+            vectors += await self._request(unique[start : start + self.batch_size])
+        found = dict(zip(unique, vectors, strict=True))
+        return [found[t] for t in texts]
 
     async def aembed_query(self, text: str) -> list[float]:
         """Embed one search text."""

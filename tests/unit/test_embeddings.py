@@ -97,3 +97,13 @@ async def test_the_lexical_embedder_is_free_and_counts_words() -> None:
     embedder = Embedder("lexical:v1", 32, LexicalBackend(32), record=record)
     assert len(await embedder.aembed_query("three little words")) == 32
     assert calls[0].cost == Decimal(0) and calls[0].input_tokens == 3
+
+
+async def test_a_text_repeated_in_a_batch_is_embedded_and_paid_once() -> None:
+    # The store embeds a search's query once per namespace it searches.
+    backend = Flaky([])
+    embedder = Embedder("openai:emb", 8, backend)
+    vectors = await embedder.aembed_documents(["dark mode", "tea", "dark mode"])
+    assert backend.batches == [2]
+    assert vectors[0] == vectors[2] == lexical_vector("dark mode", 8)
+    assert vectors[1] == lexical_vector("tea", 8)
