@@ -69,8 +69,12 @@ async def configure_connection(conn: Conn) -> None:
     Our queries are short and indexed; a parallel plan starts worker processes that cost more
     than they save, and lures the planner into scanning whole tables (a memory recall took a
     parallel scan of every stored memory, four times slower than its index scan).
+    Before pgvector 0.8, or without pgvector, `hnsw.*` is an unused placeholder.
     """
     await conn.execute("SET max_parallel_workers_per_gather = 0")
+    # A filtered HNSW search (one user's memories, one tenant's chunks) otherwise stops at the
+    # index's first `ef_search` neighbours, most of them filtered out: too few results.
+    await conn.execute("SET hnsw.iterative_scan = strict_order")
 
 
 @asynccontextmanager

@@ -118,8 +118,11 @@ async def test_the_recall_query_uses_the_hnsw_index(
     assert "store_vectors_embedding_idx" in plan, plan
 
 
-async def test_pooled_connections_do_not_plan_parallel_scans(pool: Pool) -> None:
+async def test_pooled_connections_plan_no_parallel_scans_and_complete_filtered_hnsw_searches(pool: Pool) -> None:
     # A parallel plan made recall scan every stored memory instead of one user's (see the pool).
     async with pool.connection() as conn:
         cur = await conn.execute("SHOW max_parallel_workers_per_gather")
         assert (await cur.fetchone())["max_parallel_workers_per_gather"] == "0"
+        # And a filtered HNSW search keeps scanning until it has enough rows.
+        cur = await conn.execute("SHOW hnsw.iterative_scan")
+        assert (await cur.fetchone())["hnsw.iterative_scan"] == "strict_order"
