@@ -118,7 +118,9 @@ async def test_the_recall_query_uses_the_hnsw_index(
     assert "store_vectors_embedding_idx" in plan, plan
 
 
-async def test_pooled_connections_plan_no_parallel_scans_and_complete_filtered_hnsw_searches(pool: Pool) -> None:
+async def test_pooled_connections_plan_no_parallel_scans_and_complete_filtered_hnsw_searches(
+    pool: Pool,
+) -> None:
     # A parallel plan made recall scan every stored memory instead of one user's (see the pool).
     async with pool.connection() as conn:
         cur = await conn.execute("SHOW max_parallel_workers_per_gather")
