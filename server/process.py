@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.agents.files import sync_agents
+from server.artifacts.storage import Storage, make_storage
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
@@ -51,6 +52,7 @@ class Runtime:
     metrics: Metrics
     store: AsyncPostgresStore | None = None
     memory_jobs: MemoryJobs | None = None
+    artifacts: Storage | None = None
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -123,6 +125,7 @@ async def open_runtime(
             raise StartupError(str(exc)) from exc
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
         graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
+        artifacts = make_storage(settings)
         notifier = Notifier(url)
         async with waiting("the notification listener"):
             await notifier.start()
@@ -130,7 +133,9 @@ async def open_runtime(
         worker = None
         memory_jobs = None
         if run_workers:
-            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
+            deps = ExecutorDeps(
+                pool, graph, models, tools, settings, tracing, metrics, artifacts=artifacts
+            )
             worker = Worker(deps, notifier)
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
@@ -159,6 +164,7 @@ async def open_runtime(
                 metrics,
                 store=store,
                 memory_jobs=memory_jobs,
+                artifacts=artifacts,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:
