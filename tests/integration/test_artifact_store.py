@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -191,4 +191,4 @@ async def test_prune_deletes_versions_past_their_tenants_retention(
     assert (await service.get(OTHER, kept.id)).latest_version == 1
     if isinstance(storage, LocalStorage):
         gone = storage.path_of(f"acme/{old.id}/k-{id(storage)}-old")
-        assert not Path(gone).exists()
+        assert not await asyncio.to_thread(gone.exists)
