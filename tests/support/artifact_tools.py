@@ -13,8 +13,8 @@ from tools.spec import CallContext, agent_tool
 async def render_chart(size: int, call: CallContext, hold_s: float = 0.0) -> ArtifactRef:
     """Render a chart as PNG bytes and save it as `chart.png`, then wait `hold_s` seconds.
 
-    The bytes are random (seeded by nothing): a re-run would write different content, so a
-    test can tell a second write from a replayed one.
+    The bytes are random: a re-run would write different content, so a test can tell a
+    second write from a replayed one. Only the call's first execution waits.
 
     Args:
         size: How many bytes the chart has.
@@ -22,5 +22,6 @@ async def render_chart(size: int, call: CallContext, hold_s: float = 0.0) -> Art
     """
     chunks = (os.urandom(min(65_536, size - start)) for start in range(0, size, 65_536))
     ref = await save_artifact(call, "chart.png", chunks, metadata={"kind": "chart"})
-    await asyncio.sleep(hold_s)
+    if call.attempt == 1:
+        await asyncio.sleep(hold_s)
     return ref
