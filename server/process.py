@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.agents.files import sync_agents
+from server.artifacts.retention import prune_artifacts
 from server.artifacts.storage import Storage, make_storage
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
@@ -150,7 +151,9 @@ async def open_runtime(
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         housekeeping = (
-            asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings, artifacts))
+            if worker
+            else None
         )
         try:
             yield Runtime(
@@ -179,7 +182,9 @@ async def open_runtime(
             await notifier.stop()
 
 
-async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings) -> None:
+async def _housekeeping(
+    pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings, artifacts: Storage
+) -> None:
     while True:
         await asyncio.sleep(settings.prune_interval_s)
         try:
@@ -188,3 +193,7 @@ async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings:
             )
         except Exception:
             log.exception("checkpoint pruning failed; will retry")
+        try:
+            await prune_artifacts(pool, artifacts, settings)
+        except Exception:
+            log.exception("artifact pruning failed; will retry")

@@ -18,6 +18,7 @@ from server.settings import Settings
 log = logging.getLogger(__name__)
 
 STALE_WRITES_DAYS = 1.0
+_PRUNE_LOCK = 7_262_616_015
 _OLD = """
 SELECT artifact_id, version, object_key FROM artifact_versions
 WHERE tenant_id = %(tenant)s AND created_at < now() - make_interval(secs => %(keep)s)
@@ -66,7 +67,22 @@ async def _delete(pool: Pool, storage: Storage, query: str, params: Mapping[str,
 async def prune_artifacts(
     pool: Pool, storage: Storage, settings: Settings, batch: int = 500
 ) -> int:
-    """Delete artifact versions past their tenant's retention; return how many went."""
+    """Delete artifact versions past their tenant's retention; return how many went.
+
+    Runs in one process at a time (advisory lock); another process's call returns 0.
+    """
+    async with pool.connection() as lock:
+        cur = await lock.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_PRUNE_LOCK,))
+        row = await cur.fetchone()
+        if not row or not row["ok"]:
+            return 0
+        try:
+            return await _prune(pool, storage, settings, batch)
+        finally:
+            await lock.execute("SELECT pg_advisory_unlock(%s)", (_PRUNE_LOCK,))
+
+
+async def _prune(pool: Pool, storage: Storage, settings: Settings, batch: int) -> int:
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT DISTINCT tenant_id FROM artifact_versions")
         tenants = [r["tenant_id"] for r in await cur.fetchall()]
