@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
+from tools.artifacts.api import ArtifactSink
 from tools.policy import Toolbox
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -66,3 +67,5 @@ class RunContext:
     context_setup: object | None = None
     # The input build_context made for each step, taken by call_model (not checkpointed).
     prepared: dict[int, list[BaseMessage]] = field(default_factory=dict, compare=False)
+    # Where the run's tools store artifacts (docs/artifacts.md); None: no artifact storage.
+    artifacts: ArtifactSink | None = None

@@ -40,6 +40,8 @@ class EventType(StrEnum):
     MODEL_FALLBACK = "model.fallback"
     CONTEXT_BUILT = "context.built"
     MEMORY_UPDATED = "memory.updated"
+    ARTIFACT_CREATED = "artifact.created"
+    ARTIFACT_UPDATED = "artifact.updated"
 
 
 E = EventType
@@ -335,6 +337,21 @@ class MemoryUpdated(TypedDict):
     counts: dict[str, int]
 
 
+class ArtifactWritten(TypedDict):
+    """`artifact.created` (first version) or `artifact.updated` (a later one); docs/artifacts.md."""
+
+    event: Literal[EventType.ARTIFACT_CREATED, EventType.ARTIFACT_UPDATED]
+    artifactId: str
+    name: str
+    version: int
+    mediaType: str
+    size: int
+    checksum: str
+    link: str
+    toolCallId: str
+    replayed: bool
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -360,6 +377,8 @@ PAYLOADS: dict[EventType, type] = {
     E.MODEL_FALLBACK: ModelFallback,
     E.CONTEXT_BUILT: ContextBuilt,
     E.MEMORY_UPDATED: MemoryUpdated,
+    E.ARTIFACT_CREATED: ArtifactWritten,
+    E.ARTIFACT_UPDATED: ArtifactWritten,
 }
 
 
@@ -373,6 +392,7 @@ StreamEvent = (
     | ModelRetry
     | ModelFallback
     | ContextBuilt
+    | ArtifactWritten
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

@@ -22,6 +22,7 @@ from server.routes import (
     runs,
     usage,
 )
+from server.routes import artifacts as artifact_routes
 from server.routes import memory as memory_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
@@ -29,6 +30,7 @@ from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
+from tools.artifacts.tools import artifact_tools
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
@@ -41,6 +43,7 @@ def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
     return [
         *builtin_tools(settings.fetch_allowlist),
         *memory_tools(),
+        *artifact_tools(),
         *load_tool_modules(settings.tool_modules),
     ]
 
@@ -119,6 +122,7 @@ def create_app(
         agents.router,
         context.router,
         memory_routes.router,
+        artifact_routes.router,
     ):
         app.include_router(router)
     return app

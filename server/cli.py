@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory"}
+CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory", "artifacts"}
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -215,12 +215,16 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
             return "schema is current"
         days = settings.checkpoint_retention_days if args.days is None else args.days
         count = await prune_checkpoints(pool, checkpointer, retention_days=days)
+        from server.artifacts.retention import prune_artifacts
+        from server.artifacts.storage import make_storage
         from server.memory.store import prune_expired_memories
 
         expired = await prune_expired_memories(pool)
+        versions = await prune_artifacts(pool, make_storage(settings), settings)
         return (
             f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
-            f" deleted {expired} expired memories"
+            f" deleted {expired} expired memories and {versions} artifact versions"
+            " past their retention"
         )
 
     print(await _with_pool(settings, act))

@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from server.artifacts.service import ArtifactService
 from server.auth import Principal, presented_key, principal_of
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
@@ -125,3 +126,13 @@ async def get_memory_service(request: Request, who: PrincipalDep) -> MemoryServi
 
 ServiceDep = Annotated[RunService, Depends(get_service)]
 MemoryDep = Annotated[MemoryService, Depends(get_memory_service)]
+
+
+async def get_artifact_service(request: Request) -> ArtifactService:
+    """Return the artifacts' service, over this process's storage."""
+    state = request.app.state
+    storage = state.runtime.artifacts
+    return ArtifactService(state.pool, storage, url_ttl_s=state.settings.artifact_url_ttl_s)
+
+
+ArtifactsDep = Annotated[ArtifactService, Depends(get_artifact_service)]

@@ -333,3 +333,20 @@ class MemoryUnavailableError(AgentrtError):
 
     status = 503
     code = "memory_unavailable"
+
+
+class ArtifactNotFoundError(NotFoundError):
+    """No such artifact (or version) in the caller's tenant."""
+
+    code = "artifact_not_found"
+
+
+class ArtifactTooLargeError(TooLargeError):
+    """An artifact's content is over the size limit (`AGENTRT_ARTIFACT_MAX_BYTES`)."""
+
+
+class RangeNotSatisfiableError(AgentrtError):
+    """A `Range` header asks for bytes the artifact does not have."""
+
+    status = 416
+    code = "range_not_satisfiable"

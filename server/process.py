@@ -18,6 +18,8 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from graphs.agent import build_agent_graph
 from server.agents.files import sync_agents
+from server.artifacts.retention import prune_artifacts
+from server.artifacts.storage import Storage, make_storage
 from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
@@ -51,6 +53,7 @@ class Runtime:
     metrics: Metrics
     store: AsyncPostgresStore | None = None
     memory_jobs: MemoryJobs | None = None
+    artifacts: Storage | None = None
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -123,6 +126,7 @@ async def open_runtime(
             raise StartupError(str(exc)) from exc
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
         graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
+        artifacts = make_storage(settings)
         notifier = Notifier(url)
         async with waiting("the notification listener"):
             await notifier.start()
@@ -130,7 +134,9 @@ async def open_runtime(
         worker = None
         memory_jobs = None
         if run_workers:
-            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
+            deps = ExecutorDeps(
+                pool, graph, models, tools, settings, tracing, metrics, artifacts=artifacts
+            )
             worker = Worker(deps, notifier)
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
@@ -145,7 +151,9 @@ async def open_runtime(
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         housekeeping = (
-            asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings, artifacts))
+            if worker
+            else None
         )
         try:
             yield Runtime(
@@ -159,6 +167,7 @@ async def open_runtime(
                 metrics,
                 store=store,
                 memory_jobs=memory_jobs,
+                artifacts=artifacts,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:
@@ -173,7 +182,9 @@ async def open_runtime(
             await notifier.stop()
 
 
-async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings) -> None:
+async def _housekeeping(
+    pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings, artifacts: Storage
+) -> None:
     while True:
         await asyncio.sleep(settings.prune_interval_s)
         try:
@@ -182,4 +193,8 @@ async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings:
             )
             await prune_expired_memories(pool)
         except Exception:
-            log.exception("pruning failed; will retry")
+            log.exception("checkpoint and memory pruning failed; will retry")
+        try:
+            await prune_artifacts(pool, artifacts, settings)
+        except Exception:
+            log.exception("artifact pruning failed; will retry")

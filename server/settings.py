@@ -206,3 +206,38 @@ class Settings(BaseSettings):
     redact_fields: list[str] = ["password", "api_key", "apikey", "token", "secret", "authorization"]
     # Worker processes (`agentrt worker`) serve /metrics on this port when set.
     metrics_port: int | None = None
+
+    # Artifacts (docs/artifacts.md): files tools write. `local` keeps them under
+    # `artifact_dir` (default: <data_dir>/artifacts); `s3` in an S3-compatible bucket.
+    artifact_storage: Literal["local", "s3"] = "local"
+    artifact_dir: Path | None = None
+    artifact_s3_bucket: str | None = None
+    artifact_s3_prefix: str = ""
+    artifact_s3_endpoint_url: str | None = None  # MinIO, R2, GCS: their S3 endpoint
+    artifact_s3_region: str | None = None
+    artifact_s3_access_key_id: str | None = None  # unset: boto3's usual credential chain
+    artifact_s3_secret_access_key: SecretStr | None = None
+    artifact_s3_addressing_style: Literal["auto", "virtual", "path"] = "auto"
+    # Parts of a multipart upload (S3's minimum is 5 MiB); one part is held in memory.
+    artifact_part_bytes: int = Field(default=8 * 1024 * 1024, ge=5 * 1024 * 1024)
+    artifact_max_bytes: int = Field(default=5 * 1024**3, ge=1)
+    # Lifetime of the signed URLs `GET /api/artifacts/{id}/url` hands out (object storage).
+    artifact_url_ttl_s: int = Field(default=300, ge=1, le=7 * 86_400)
+    # The folder `write_artifact(from_file=...)` may read; unset: tools pass text only.
+    artifact_file_root: Path | None = None
+    # Versions older than this are deleted by `agentrt db prune` (None: kept); per tenant:
+    # {"acme": 30}; a tenant mapped to null keeps its artifacts.
+    artifact_retention_days: float | None = Field(default=None, gt=0)
+    artifact_retention_by_tenant: dict[str, float | None] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _artifact_storage_is_complete(self) -> Settings:
+        if self.artifact_storage == "s3" and not self.artifact_s3_bucket:
+            raise ValueError("AGENTRT_ARTIFACT_S3_BUCKET must name a bucket when storage is s3")
+        return self
+
+    def artifact_retention_for(self, tenant_id: str) -> float | None:
+        """Return the days a tenant's artifact versions are kept (None: for ever)."""
+        if tenant_id in self.artifact_retention_by_tenant:
+            return self.artifact_retention_by_tenant[tenant_id]
+        return self.artifact_retention_days

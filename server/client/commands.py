@@ -11,6 +11,7 @@ from typing import Any, TextIO
 import httpx
 
 from server.client.agents import cmd_agents, render_context
+from server.client.artifacts import cmd_artifacts
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 from server.client.memory import cmd_memory
@@ -163,4 +164,5 @@ CLIENT_COMMANDS: dict[
     "reject": cmd_approvals,
     "agents": cmd_agents,
     "memory": cmd_memory,
+    "artifacts": cmd_artifacts,
 }

@@ -199,6 +199,18 @@ def _run_failed(snap: Snapshot, data: Data) -> None:
     snap["error"] = {"type": data.get("errorType"), "message": data.get("message"), **details}
 
 
+def _artifact_written(snap: Snapshot, data: Data) -> None:
+    # The run's artifacts, latest version each: the links its answer refers to.
+    artifacts = snap.setdefault("artifacts", [])
+    entry = _find(artifacts, "artifactId", data["artifactId"])
+    if entry is None:
+        entry = {"artifactId": data["artifactId"]}
+        artifacts.append(entry)
+    if data["version"] >= entry.get("version", 0):
+        keys = ("name", "version", "mediaType", "size", "link")
+        entry.update({k: data[k] for k in keys})
+
+
 # How each event type changes the snapshot beyond its status; the others change only that.
 _FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.RUN_STARTED: _run_started,
@@ -213,6 +225,8 @@ _FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.RUN_CANCELLED: _run_cancelled,
     E.USAGE: _usage,
     E.RUN_FAILED: _run_failed,
+    E.ARTIFACT_CREATED: _artifact_written,
+    E.ARTIFACT_UPDATED: _artifact_written,
 }
 
 

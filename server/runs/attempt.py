@@ -27,6 +27,8 @@ from graphs.events import EventType
 from server.agents.context_store import PostgresSummaryStore
 from server.agents.runtime import context_setup, profile_toolbox, run_caller
 from server.agents.store import AgentVersion, run_agent
+from server.artifacts.storage import Storage
+from server.artifacts.writer import RunArtifacts
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
@@ -55,6 +57,8 @@ class ExecutorDeps:
     settings: Settings
     tracing: Tracing
     metrics: Metrics
+    # Where tools' artifacts are stored (docs/artifacts.md); None: runs have no artifacts.
+    artifacts: Storage | None = None
 
 
 @dataclass
@@ -271,6 +275,19 @@ class Attempt:
                 caller=caller,
                 roles=run.principal_roles,
             ),
+            artifacts=self._artifacts(),
+        )
+
+    def _artifacts(self) -> RunArtifacts | None:
+        deps = self.deps
+        if deps.artifacts is None:
+            return None
+        return RunArtifacts(
+            deps.pool,
+            deps.artifacts,
+            self.run,
+            max_bytes=deps.settings.artifact_max_bytes,
+            file_root=deps.settings.artifact_file_root,
         )
 
     async def _resume_input(self, state: StateSnapshot) -> Command[Any] | None:

@@ -72,6 +72,14 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+    (errors.ArtifactNotFoundError("no artifact art_1"), 404, "artifact_not_found", {}),
+    (errors.ArtifactTooLargeError("over the limit"), 413, "too_large", {}),
+    (
+        errors.RangeNotSatisfiableError("past the end", size="10"),
+        416,
+        "range_not_satisfiable",
+        {"size": "10"},
+    ),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
