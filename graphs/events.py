@@ -40,6 +40,8 @@ class EventType(StrEnum):
     MODEL_FALLBACK = "model.fallback"
     CONTEXT_BUILT = "context.built"
     MEMORY_UPDATED = "memory.updated"
+    PLAN_UPDATED = "plan.updated"
+    SKILL_LOADED = "skill.loaded"
 
 
 E = EventType
@@ -335,6 +337,31 @@ class MemoryUpdated(TypedDict):
     counts: dict[str, int]
 
 
+class PlanUpdated(TypedDict):
+    """`plan.updated`: the run's whole plan after a change, and what changed."""
+
+    event: Literal[EventType.PLAN_UPDATED]
+    plan: dict[str, Any]
+    changed: list[dict[str, Any]]
+    reason: str
+    toolCallIds: NotRequired[list[str]]
+
+
+class SkillLoaded(TypedDict):
+    """`skill.loaded`: the run loaded (and pinned) one exact version of a skill."""
+
+    event: Literal[EventType.SKILL_LOADED]
+    name: str
+    version: int
+    label: str
+    hash: str
+    owner: str
+    allowedTools: list[str] | None
+    resources: list[str]
+    via: str
+    toolCallId: str | None
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -360,6 +387,8 @@ PAYLOADS: dict[EventType, type] = {
     E.MODEL_FALLBACK: ModelFallback,
     E.CONTEXT_BUILT: ContextBuilt,
     E.MEMORY_UPDATED: MemoryUpdated,
+    E.PLAN_UPDATED: PlanUpdated,
+    E.SKILL_LOADED: SkillLoaded,
 }
 
 
@@ -373,6 +402,8 @@ StreamEvent = (
     | ModelRetry
     | ModelFallback
     | ContextBuilt
+    | PlanUpdated
+    | SkillLoaded
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

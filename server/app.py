@@ -23,6 +23,7 @@ from server.routes import (
     usage,
 )
 from server.routes import memory as memory_routes
+from server.routes import skills as skills_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
@@ -33,7 +34,9 @@ from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
 from tools.registry import ToolRegistry
+from tools.plan.tool import update_plan
 from tools.spec import ToolSpec
+from skills.tools import load_skill, read_skill_resource
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
@@ -42,6 +45,9 @@ def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
         *builtin_tools(settings.fetch_allowlist),
         *memory_tools(),
         *load_tool_modules(settings.tool_modules),
+        load_skill,
+        read_skill_resource,
+        update_plan,
     ]
 
 
@@ -119,6 +125,7 @@ def create_app(
         agents.router,
         context.router,
         memory_routes.router,
+        skills_routes.router,
     ):
         app.include_router(router)
     return app

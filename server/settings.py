@@ -206,3 +206,6 @@ class Settings(BaseSettings):
     redact_fields: list[str] = ["password", "api_key", "apikey", "token", "secret", "authorization"]
     # Worker processes (`agentrt worker`) serve /metrics on this port when set.
     metrics_port: int | None = None
+
+    # Skill packages synced at start-up (every tenant sees them); docs/skills.md.
+    skills_dir: Path = Path("skills")
