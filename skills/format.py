@@ -115,7 +115,9 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
             "with at least 'name' and 'description'"
         )
     try:
-        front = yaml.safe_load(match.group(1)) or {}
+        # Every scalar stays text: `version: 1.10` is "1.10", and a skill named `off` or
+        # `yes` keeps its name (YAML 1.1 would read them as numbers and booleans).
+        front = yaml.load(match.group(1), Loader=yaml.BaseLoader) or {}  # noqa: S506
     except yaml.YAMLError as exc:
         raise SkillFormatError(f"the front matter of SKILL.md is not valid YAML: {exc}") from exc
     if not isinstance(front, dict):
