@@ -72,6 +72,9 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+    (errors.SkillNotFoundError("skill 'x' not found"), 404, "skill_not_found", {}),
+    (errors.InvalidSkillError("SKILL.md must start with"), 422, "invalid_skill", {}),
+    (errors.SkillForbiddenError("needs admin"), 403, "forbidden", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
