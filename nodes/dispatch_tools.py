@@ -21,7 +21,6 @@ from langgraph.types import interrupt
 from graphs.context import RunContext
 from graphs.events import Emit
 from graphs.state import AgentState
-from nodes.state_tools import apply_results, refusals, state_view
 from nodes.await_approval import (
     decision_request,
     prepare_calls,
@@ -29,6 +28,7 @@ from nodes.await_approval import (
     run_decisions,
     toolbox_of,
 )
+from nodes.state_tools import apply_results, refusals, state_view
 from tools.errors import ToolCallError
 from tools.ledger import Claim, Outcome
 from tools.pipeline import ToolResult, budget_for, claim, execute, refuse, replay

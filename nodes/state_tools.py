@@ -13,11 +13,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
 from graphs.context import RunContext
-from graphs.events import Emit, EventType
+from graphs.events import Emit, EventType, SkillLoaded
 from graphs.state import AgentState
 from skills.library import SkillUnavailableError
 from skills.tools import LOADED_NOTE, SKILL_TOOLS, loaded_record, skill_options
@@ -180,19 +180,30 @@ def _skills_update(
     return {"skills": {"runId": state.get("run_id"), "loaded": loaded}}
 
 
-def skill_loaded_event(record: Mapping[str, Any], tool_call_id: str | None) -> dict[str, Any]:
+def skill_loaded_event(record: Mapping[str, Any], tool_call_id: str | None) -> SkillLoaded:
     """Return the `skill.loaded` event of a loaded skill (its instructions left out)."""
-    event = {"event": EventType.SKILL_LOADED, **{k: v for k, v in record.items()
-                                                 if k not in ("instructions", "description")}}
-    event["toolCallId"] = tool_call_id
-    return event
+    return {
+        "event": EventType.SKILL_LOADED,
+        "name": record["name"],
+        "version": record["version"],
+        "label": record["label"],
+        "hash": record["hash"],
+        "owner": record["owner"],
+        "allowedTools": record["allowedTools"],
+        "resources": record["resources"],
+        "via": record["via"],
+        "toolCallId": tool_call_id,
+    }
 
 
 def apply_results(
     state: AgentState, calls: Sequence[PreparedCall], results: dict[str, ToolResult], emit: Emit
 ) -> dict[str, Any]:
     """Return the state the turn's plan and skill calls leave, and emit their events."""
-    return {**_plan_update(state, calls, results, emit), **_skills_update(state, calls, results, emit)}
+    return {
+        **_plan_update(state, calls, results, emit),
+        **_skills_update(state, calls, results, emit),
+    }
 
 
 async def preload(state: AgentState, context: RunContext, emit: Emit) -> dict[str, Any]:
@@ -217,8 +228,3 @@ async def preload(state: AgentState, context: RunContext, emit: Emit) -> dict[st
     if not loaded:
         return {}
     return {"skills": {"runId": state.get("run_id"), "loaded": loaded}}
-
-
-def tool_calls_of(message: Any) -> int:
-    """Return how many tool calls an answer asked for."""
-    return len(message.tool_calls) if isinstance(message, AIMessage) else 0

@@ -30,13 +30,13 @@ from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
+from skills.tools import load_skill, read_skill_resource
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
-from tools.registry import ToolRegistry
 from tools.plan.tool import update_plan
+from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
-from skills.tools import load_skill, read_skill_resource
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:

@@ -117,7 +117,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     try:
         # Every scalar stays text: `version: 1.10` is "1.10", and a skill named `off` or
         # `yes` keeps its name (YAML 1.1 would read them as numbers and booleans).
-        front = yaml.load(match.group(1), Loader=yaml.BaseLoader) or {}  # noqa: S506
+        front = yaml.load(match.group(1), Loader=yaml.BaseLoader) or {}
     except yaml.YAMLError as exc:
         raise SkillFormatError(f"the front matter of SKILL.md is not valid YAML: {exc}") from exc
     if not isinstance(front, dict):
@@ -164,9 +164,13 @@ def parse_skill(skill_md: str, resources: Mapping[str, str] | None = None) -> Sk
     if len(description) > MAX_DESCRIPTION:
         raise SkillFormatError(f"skill {name!r}: description is over {MAX_DESCRIPTION} characters")
     if not body:
-        raise SkillFormatError(f"skill {name!r}: SKILL.md has no instructions after the front matter")
+        raise SkillFormatError(
+            f"skill {name!r}: SKILL.md has no instructions after the front matter"
+        )
     if len(body) > MAX_INSTRUCTIONS:
-        raise SkillFormatError(f"skill {name!r}: instructions are over {MAX_INSTRUCTIONS} characters")
+        raise SkillFormatError(
+            f"skill {name!r}: instructions are over {MAX_INSTRUCTIONS} characters"
+        )
     files = check_resources(resources or {})
     metadata = front.get("metadata") or {}
     if not isinstance(metadata, dict):

@@ -96,7 +96,9 @@ class InMemorySkillLibrary:
         for entry in self.skills:
             current[entry.skill.name] = entry
         return [
-            e for n, e in sorted(current.items()) if allows(self.allowed, n) and n not in self.disabled
+            e
+            for n, e in sorted(current.items())
+            if allows(self.allowed, n) and n not in self.disabled
         ]
 
     async def get(self, name: str, content_hash: str | None = None) -> LibrarySkill:
@@ -137,7 +139,8 @@ def check_loadable(
             f"skill {name!r} is not one this agent may use; use one listed in <skills>"
         )
     if name in broken:
-        raise SkillUnavailableError(f"skill {name!r} fails to parse, so it cannot be loaded: "
-                                    f"{broken[name]}")
+        raise SkillUnavailableError(
+            f"skill {name!r} fails to parse, so it cannot be loaded: {broken[name]}"
+        )
     if pinned is None and name in set(disabled):
         raise SkillUnavailableError(f"skill {name!r} is disabled for this tenant")

@@ -21,7 +21,7 @@ SKILL_TOOLS = ("load_skill", "read_skill_resource")
 # The output a model reads of a loaded skill; the instructions go into the system prompt.
 LOADED_NOTE = (
     "Skill {name} (version {label}) is loaded: its instructions are now in your system prompt "
-    "under <skill name=\"{name}\">; follow them."
+    'under <skill name="{name}">; follow them.'
 )
 
 

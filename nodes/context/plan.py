@@ -25,9 +25,16 @@ async def plan_section(request: SectionRequest) -> list[str]:
         if options.get("required"):
             return [NO_PLAN.format(n=options.get("requiredBeforeToolCall") or 2)]
         return []
-    return SectionItems([render(plan)], [{"revision": plan["revision"], "steps": len(plan["steps"])}])
+    return SectionItems(
+        [render(plan)], [{"revision": plan["revision"], "steps": len(plan["steps"])}]
+    )
 
 
 PLAN_SECTION = SectionSpec(
-    "plan", plan_section, ORDER_PLAN, 85, budget=DEFAULT_PLAN_BUDGET, frame=(PLAN_HEADING, "</plan>")
+    "plan",
+    plan_section,
+    ORDER_PLAN,
+    85,
+    budget=DEFAULT_PLAN_BUDGET,
+    frame=(PLAN_HEADING, "</plan>"),
 )

@@ -8,9 +8,9 @@ from typing import Any
 
 from nodes.context.memory import MEMORY_SECTION
 from nodes.context.plan import PLAN_SECTION
-from nodes.context.skills import LOADED_SKILLS_SECTION, SKILLS_SECTION
 from nodes.context.sections import default_registry
 from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
+from nodes.context.skills import LOADED_SKILLS_SECTION, SKILLS_SECTION
 from nodes.context.summary import ModelSummarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
 from nodes.models.caller import ResilientModelCaller

@@ -30,8 +30,8 @@ from server.observability.tracing import RunInfo
 from server.runs.approvals import suspend
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused, set_output_message
-from server.usage.ledger import MODEL_CALLS
 from server.skills.usage import SKILL_LOADS
+from server.usage.ledger import MODEL_CALLS
 
 log = logging.getLogger(__name__)
 

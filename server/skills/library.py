@@ -56,6 +56,10 @@ class PostgresSkillLibrary:
                 everything = await current_skills(conn, self.tenant_id)
                 raise unknown(
                     name,
-                    [s.skill.name for s in everything if s.enabled and allows(self.allowed, s.skill.name)],
+                    [
+                        s.skill.name
+                        for s in everything
+                        if s.enabled and allows(self.allowed, s.skill.name)
+                    ],
                 )
         return found[0].entry

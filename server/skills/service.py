@@ -57,7 +57,9 @@ class SkillService:
                     return stored.view(full=True)
         raise SkillNotFoundError(f"skill {name!r} has no version {version}")
 
-    async def upload(self, skill_md: str, resources: Mapping[str, str]) -> tuple[dict[str, Any], bool]:
+    async def upload(
+        self, skill_md: str, resources: Mapping[str, str]
+    ) -> tuple[dict[str, Any], bool]:
         """Store an uploaded skill as the tenant's next version; return it and if it is new.
 
         Raises:
@@ -78,7 +80,9 @@ class SkillService:
                     return stored.view(full=True), created
         raise SkillNotFoundError(f"skill {skill.name!r} vanished while it was stored")
 
-    async def set_enabled(self, name: str, enabled: bool, version: int | None = None) -> dict[str, Any]:
+    async def set_enabled(
+        self, name: str, enabled: bool, version: int | None = None
+    ) -> dict[str, Any]:
         """Enable (optionally pinned to `version`; None follows the latest) or disable a skill.
 
         Raises:

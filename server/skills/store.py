@@ -163,9 +163,7 @@ ORDER BY v.name, v.version DESC
 """
 
 
-async def current_skills(
-    conn: Conn, tenant_id: str, name: str | None = None
-) -> list[StoredSkill]:
+async def current_skills(conn: Conn, tenant_id: str, name: str | None = None) -> list[StoredSkill]:
     """Return the current version of every skill the tenant sees (or of `name`)."""
     cur = await conn.execute(_CURRENT, {"tenant": tenant_id, "name": name})
     return [_stored(r) for r in await cur.fetchall()]
@@ -184,7 +182,9 @@ async def current_skill(conn: Conn, tenant_id: str, name: str) -> StoredSkill:
 
 
 async def skill_versions(conn: Conn, tenant_id: str, name: str) -> list[StoredSkill]:
-    """Return every version the tenant sees of `name` (its own, else the repository's), newest first.
+    """Return every version of `name` the tenant sees, newest first.
+
+    They are the tenant's own versions if it uploaded any, else the repository's.
 
     Raises:
         SkillNotFoundError: the tenant sees no skill of that name.

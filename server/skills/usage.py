@@ -70,7 +70,9 @@ async def skill_usage(conn: Conn, tenant_id: str, name: str) -> list[dict[str, A
     ]
 
 
-async def skill_runs(conn: Conn, tenant_id: str, name: str, limit: int = 20) -> list[dict[str, Any]]:
+async def skill_runs(
+    conn: Conn, tenant_id: str, name: str, limit: int = 20
+) -> list[dict[str, Any]]:
     """Return the latest runs that loaded `name`, with the version each pinned."""
     cur = await conn.execute(
         "SELECT run_id, version, content_hash, via, loaded_at FROM skill_loads"

@@ -321,9 +321,7 @@ async def collect_snapshots(
         await asyncio.sleep(0.02)
 
 
-def assert_snapshots_match_the_log(
-    events: list[SseEvent], seen: dict[int, dict[str, Any]]
-) -> None:
+def assert_snapshots_match_the_log(events: list[SseEvent], seen: dict[int, dict[str, Any]]) -> None:
     for last, snap in seen.items():
         folded = fold_prefix(events, last)
         assert snap.get("plan") == folded.get("plan"), last

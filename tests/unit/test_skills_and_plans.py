@@ -213,7 +213,9 @@ async def test_the_plan_is_state_that_update_plan_changes_and_the_prompt_shows()
         [
             ScriptedTurn(tool_calls=[call("update_plan", {"action": "create", "steps": steps})]),
             ScriptedTurn(
-                tool_calls=[call("update_plan", {"action": "mark", "step_id": "1", "status": "running"})]
+                tool_calls=[
+                    call("update_plan", {"action": "mark", "step_id": "1", "status": "running"})
+                ]
             ),
             ScriptedTurn(
                 tool_calls=[

@@ -132,7 +132,9 @@ def changes(old: Plan | None, new: Plan) -> list[Change]:
             continue
         for key in ("status", "title", "notes"):
             if prior.get(key) != step.get(key):
-                found.append({"id": step_id, "change": key, "from": prior.get(key), "to": step[key]})
+                found.append(
+                    {"id": step_id, "change": key, "from": prior.get(key), "to": step[key]}
+                )
     found += [{"id": i, "change": "removed"} for i in before if i not in after]
     return found
 
@@ -143,6 +145,7 @@ def close_plan(plan: Plan, outcome: Literal["failed", "cancelled"]) -> Plan | No
     A failed run marks its running steps failed; a cancelled run marks every step still
     pending or running skipped.
     """
+
     def closed(status: str) -> str:
         if outcome == "failed":
             return "failed" if status == "running" else status

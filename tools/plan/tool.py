@@ -9,7 +9,8 @@ from typing import Any, Literal
 from langchain_core.tools import ToolException
 from pydantic import BaseModel, Field
 
-from tools.plan.model import PlanError, changes, render, update_plan as apply_update
+from tools.plan.model import PlanError, changes, render
+from tools.plan.model import update_plan as apply_update
 from tools.run_state import current_view
 from tools.spec import agent_tool
 
