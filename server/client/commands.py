@@ -14,6 +14,7 @@ from server.client.agents import cmd_agents, render_context
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 from server.client.memory import cmd_memory
+from server.client.skills import cmd_skills
 
 
 def _unreachable(settings: ClientConfig) -> ClientError:
@@ -163,4 +164,5 @@ CLIENT_COMMANDS: dict[
     "reject": cmd_approvals,
     "agents": cmd_agents,
     "memory": cmd_memory,
+    "skills": cmd_skills,
 }

@@ -382,3 +382,38 @@ async def test_a_cancelled_run_shows_its_remaining_steps_skipped(
     assert [s["status"] for s in snap["plan"]["steps"]] == ["skipped", "skipped", "skipped"]
     assert snap["execution"]["status"] == "cancelled" and snap["execution"]["step"] is None
     assert_snapshots_match_the_log(events, {snap["lastEventId"]: snap})
+
+
+async def agentrt(env: dict[str, str], *args: str) -> tuple[int, list[str]]:
+    process = await WorkerProcess(env, list(args)).launch()
+    try:
+        code = await process.wait(limit_s=120)
+    finally:
+        await process.close()
+    return code, process.output
+
+
+async def test_the_cli_pushes_lists_and_shows_a_skill_folder(
+    base_url: str, keys: dict[str, str], env: dict[str, str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "release-notes"
+    (folder / "templates").mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        "---\nname: release-notes\ndescription: Write release notes from a changelog.\n---\n"
+        "Group the changes by kind, using `templates/notes.md`.\n"
+    )
+    (folder / "templates" / "notes.md").write_text("## Added\n## Fixed\n")
+    client = ["--url", base_url, "--api-key", keys["b"]]
+    code, out = await agentrt(env, "skills", "push", str(folder), *client)
+    assert code == 0 and out[-1].startswith("skill release-notes: version 1 (sha256:"), out
+    code, out = await agentrt(env, "skills", "push", str(folder), *client)
+    assert code == 0 and "unchanged (no new version)" in out[-1], out
+    code, out = await agentrt(env, "skills", "list", *client)
+    rows = {line.split()[0]: line.split() for line in out[1:] if line.strip()}
+    assert code == 0 and rows["release-notes"][1] == "1" and rows["release-notes"][3] == "tenant"
+    assert rows["meeting-notes"][3] == "repository"
+    code, out = await agentrt(env, "skills", "show", "release-notes@1", *client)
+    shown = "\n".join(out)
+    assert code == 0 and '"templates/notes.md"' in shown and "Group the changes" in shown
+    code, out = await agentrt(env, "skills", "push", str(tmp_path), *client)
+    assert code != 0 and "has no SKILL.md" in "\n".join(out)
