@@ -360,6 +360,7 @@ class SkillLoaded(TypedDict):
     resources: list[str]
     via: str
     toolCallId: str | None
+    similarity: NotRequired[float]
 
 
 # The payload of each event type; docs/events.md documents these fields (checked by a test).

@@ -19,6 +19,7 @@ from langchain_core.tools import BaseTool
 from graphs.context import RunContext
 from graphs.events import Emit, EventType, SkillLoaded
 from graphs.state import AgentState
+from nodes.skill_select import best_match
 from skills.library import SkillUnavailableError
 from skills.tools import LOADED_NOTE, SKILL_TOOLS, loaded_record, skill_options
 from tools.errors import ToolCallError
@@ -182,7 +183,7 @@ def _skills_update(
 
 def skill_loaded_event(record: Mapping[str, Any], tool_call_id: str | None) -> SkillLoaded:
     """Return the `skill.loaded` event of a loaded skill (its instructions left out)."""
-    return {
+    event: SkillLoaded = {
         "event": EventType.SKILL_LOADED,
         "name": record["name"],
         "version": record["version"],
@@ -194,6 +195,9 @@ def skill_loaded_event(record: Mapping[str, Any], tool_call_id: str | None) -> S
         "via": record["via"],
         "toolCallId": tool_call_id,
     }
+    if "similarity" in record:
+        event["similarity"] = record["similarity"]
+    return event
 
 
 def apply_results(
@@ -207,15 +211,16 @@ def apply_results(
 
 
 async def preload(state: AgentState, context: RunContext, emit: Emit) -> dict[str, Any]:
-    """Load the profile's preloaded skills at the run's first model call.
+    """Load the profile's preloaded skills (and the best match, if asked) at the first call.
 
     A preloaded skill the run cannot load (disabled, removed) is left out; the `skills`
     section then lists what the run can load instead.
     """
     options = skill_options(section_options(context))
     names = [n for n in options.get("preload") or () if isinstance(n, str)]
+    auto = options.get("autoSelect") or {}
     library = options.get("library")
-    if not names or library is None or state.get("step", 0) != 0 or loaded_skills(state):
+    if library is None or state.get("step", 0) != 0 or loaded_skills(state):
         return {}
     loaded: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -224,7 +229,15 @@ async def preload(state: AgentState, context: RunContext, emit: Emit) -> dict[st
         except SkillUnavailableError:
             continue
         loaded[name] = loaded_record(entry, "preload")
-        emit(skill_loaded_event(loaded[name], None))
+    if auto.get("enabled") and not loaded:
+        match = best_match(state["messages"], await library.available(), auto)
+        if match is not None:
+            entry, score = match
+            loaded[entry.skill.name] = loaded_record(entry, "auto") | {
+                "similarity": round(score, 4)
+            }
+    for record in loaded.values():
+        emit(skill_loaded_event(record, None))
     if not loaded:
         return {}
     return {"skills": {"runId": state.get("run_id"), "loaded": loaded}}

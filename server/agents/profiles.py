@@ -125,6 +125,13 @@ class MemorySpec(_Spec):
     )
 
 
+class AutoSelectSpec(_Spec):
+    """Load the skill whose description best matches the message (lexical similarity)."""
+
+    enabled: bool = False
+    min_similarity: float = Field(default=0.3, ge=0.0, le=1.0)
+
+
 class SkillsSpec(_Spec):
     """Which skills the agent may use (docs/skills.md); a plain list is read as `allowed`."""
 
@@ -136,6 +143,7 @@ class SkillsSpec(_Spec):
     preload: list[str] = Field(
         default_factory=list, description="Skills loaded before the first model call."
     )
+    auto_select: AutoSelectSpec = Field(default_factory=lambda: AutoSelectSpec())
 
     @model_validator(mode="before")
     @classmethod

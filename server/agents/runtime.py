@@ -146,6 +146,7 @@ def context_setup(
                 "library": skills if spec.skills.allowed else None,
                 "allowed": list(spec.skills.allowed),
                 "preload": list(spec.skills.preload),
+                "autoSelect": spec.skills.auto_select.model_dump(by_alias=True),
             },
             "plan": spec.plan.model_dump(by_alias=True),
             "memory": memory_options(agent, roles),

@@ -60,7 +60,9 @@ class Harness:
         plan: dict[str, Any] | None = None,
         preload: list[str] | None = None,
         extra: list[ToolSpec] | None = None,
+        auto: dict[str, Any] | None = None,
     ) -> None:
+        self.auto = auto or {}
         self.extra = extra or []
         self.graph = build_agent_graph().compile(checkpointer=InMemorySaver())
         self.model = ScriptedChatModel(turns=turns)
@@ -83,7 +85,11 @@ class Harness:
         setup = ContextSetup(
             registry=registry,
             section_options={
-                "skills": {"library": self.library, "preload": self.preload},
+                "skills": {
+                    "library": self.library,
+                    "preload": self.preload,
+                    "autoSelect": self.auto,
+                },
                 "plan": self.plan,
             },
         )
@@ -91,11 +97,11 @@ class Harness:
             run_id="run1", model=self.model, tools=box.visible(), toolbox=box, context_setup=setup
         )
 
-    async def run(self, graph_input: Any = None) -> None:
+    async def run(self, graph_input: Any = None, message: str = "go") -> None:
         async for mode, chunk in self.graph.astream(
             graph_input
             if graph_input is not None
-            else {"messages": [HumanMessage("go")], "run_id": "run1"},
+            else {"messages": [HumanMessage(message)], "run_id": "run1"},
             self.config,
             context=self.context(),
             stream_mode=["custom", "updates"],
@@ -310,3 +316,29 @@ async def test_shipped_research_brief_reads_its_grading_reference() -> None:
     await h.run()
     read = str((await h.tool_messages())["r"].content)
     assert read.startswith("# Grading sources")
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Here is the transcript of our call: write the minutes and action items", "meeting-notes"),
+        ("Please clean this CSV: duplicates, missing values, odd dates", "data-cleaning-checklist"),
+        ("What time is it?", None),
+    ],
+)
+async def test_automatic_selection_loads_the_skill_that_matches_the_message(
+    message: str, expected: str | None
+) -> None:
+    found, _ = scan(REPOSITORY_SKILLS)
+    h = Harness(
+        [ScriptedTurn(text="done")],
+        InMemorySkillLibrary.of(found),
+        auto={"enabled": True, "minSimilarity": 0.3},
+    )
+    await h.run(message=message)
+    loaded = h.of("skill.loaded")
+    if expected is None:
+        assert loaded == []
+    else:
+        assert [(e["name"], e["via"]) for e in loaded] == [(expected, "auto")]
+        assert loaded[0]["similarity"] >= 0.3
