@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -107,7 +108,7 @@ def test_a_cancel_stored_after_a_plan_is_preceded_by_the_plan_it_closes() -> Non
             NewEvent("plan.updated", {"plan": plan, "changed": [], "reason": "tool"}),  # type: ignore[arg-type]
             NewEvent("run.cancelled", {"reason": "cancel requested"}),  # type: ignore[arg-type]
         ],
-        __import__("datetime").datetime.now(),
+        datetime.now(UTC),
     )
     assert [e.type for e in stored] == [
         "run.created",
@@ -120,3 +121,31 @@ def test_a_cancel_stored_after_a_plan_is_preceded_by_the_plan_it_closes() -> Non
     assert [s["status"] for s in head.snapshot["plan"]["steps"]] == ["skipped"] * 3
     assert [e.seq for e in stored] == [1, 2, 3, 4, 5]
     assert head.snapshot["execution"]["status"] == "cancelled"
+
+
+def test_a_failure_stored_after_a_plan_fails_its_running_step_only() -> None:
+    plan = update_plan(None, "r", "create", steps=STEPS)
+    plan = update_plan(plan, "r", "mark", step_id="1", status="done")
+    plan = update_plan(plan, "r", "mark", step_id="2", status="running")
+    head = RunHead("r", 0, "queued", 0, empty_snapshot("r"), 1)
+    events = [
+        NewEvent("run.created", {}),  # type: ignore[arg-type]
+        NewEvent("run.started", {"attempt": 1}),  # type: ignore[arg-type]
+        NewEvent("plan.updated", {"plan": plan, "changed": [], "reason": "tool"}),  # type: ignore[arg-type]
+        NewEvent("run.failed", {"errorType": "step_limit", "message": "too many"}),  # type: ignore[arg-type]
+    ]
+    head, stored = _fold(head, events, datetime.now(UTC))
+    closing = stored[3]
+    assert closing.type == "plan.updated" and closing.data["reason"] == "run.failed"
+    assert closing.data["changed"] == [
+        {"id": "2", "change": "status", "from": "running", "to": "failed"}
+    ]
+    assert [s["status"] for s in head.snapshot["plan"]["steps"]] == ["done", "failed", "pending"]
+    # A run without a plan stores its end alone.
+    bare, stored = _fold(
+        RunHead("q", 0, "queued", 0, empty_snapshot("q"), 1),
+        events[:2] + events[3:],
+        datetime.now(UTC),
+    )
+    assert [e.type for e in stored] == ["run.created", "run.started", "run.failed"]
+    assert "plan" not in bare.snapshot and "execution" not in bare.snapshot
