@@ -232,7 +232,8 @@ async def preload(state: AgentState, context: RunContext, emit: Emit) -> dict[st
     if auto.get("enabled") and not loaded:
         match = best_match(state["messages"], await library.available(), auto)
         if match is not None:
-            entry, score = match
+            summary, score = match
+            entry = await library.get(summary.name)
             loaded[entry.skill.name] = loaded_record(entry, "auto") | {
                 "similarity": round(score, 4)
             }

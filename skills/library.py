@@ -36,10 +36,30 @@ class LibrarySkill:
     owner: str
 
 
+@dataclass(frozen=True)
+class SkillSummary:
+    """What a listing shows of a skill's current version: no instructions, no files."""
+
+    name: str
+    description: str
+    version: int
+    label: str
+    hash: str
+    owner: str
+
+
+def summary_of(entry: LibrarySkill) -> SkillSummary:
+    """Return the summary of a parsed skill."""
+    skill = entry.skill
+    return SkillSummary(
+        skill.name, skill.description, entry.version, skill.label, skill.content_hash, entry.owner
+    )
+
+
 class SkillLibrary(Protocol):
     """The skills one run may use."""
 
-    async def available(self) -> Sequence[LibrarySkill]:
+    async def available(self) -> Sequence[SkillSummary]:
         """Return the skills the run may load now (their current versions)."""
         ...
 
@@ -90,13 +110,13 @@ class InMemorySkillLibrary:
         self.skills.append(entry)
         return entry
 
-    async def available(self) -> Sequence[LibrarySkill]:
+    async def available(self) -> Sequence[SkillSummary]:
         """Return the current version of every skill the run may load."""
         current: dict[str, LibrarySkill] = {}
         for entry in self.skills:
             current[entry.skill.name] = entry
         return [
-            e
+            summary_of(e)
             for n, e in sorted(current.items())
             if allows(self.allowed, n) and n not in self.disabled
         ]
@@ -108,7 +128,7 @@ class InMemorySkillLibrary:
         if content_hash is not None:
             versions = [e for e in versions if e.skill.content_hash == content_hash]
         if not versions:
-            raise unknown(name, [e.skill.name for e in await self.available()])
+            raise unknown(name, [e.name for e in await self.available()])
         return versions[-1]
 
 

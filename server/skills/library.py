@@ -6,8 +6,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from server.db.pool import Pool
-from server.skills.store import current_skills, disabled_names, skill_errors, version_by_hash
-from skills.library import LibrarySkill, SkillUnavailableError, allows, check_loadable, unknown
+from server.skills.store import (
+    current_skills,
+    current_summaries,
+    disabled_names,
+    skill_errors,
+    version_by_hash,
+)
+from skills.library import (
+    LibrarySkill,
+    SkillSummary,
+    SkillUnavailableError,
+    allows,
+    check_loadable,
+    unknown,
+)
 
 
 @dataclass
@@ -25,11 +38,11 @@ class PostgresSkillLibrary:
     allowed: Sequence[str] | None
     _pinned: dict[tuple[str, str], LibrarySkill] = field(default_factory=dict, repr=False)
 
-    async def available(self) -> Sequence[LibrarySkill]:
+    async def available(self) -> Sequence[SkillSummary]:
         """Return the current version of every enabled skill the profile allows."""
         async with self.pool.connection() as conn:
-            found = await current_skills(conn, self.tenant_id)
-        return [s.entry for s in found if s.enabled and allows(self.allowed, s.skill.name)]
+            found = await current_summaries(conn, self.tenant_id)
+        return [s for s, enabled in found if enabled and allows(self.allowed, s.name)]
 
     async def get(self, name: str, content_hash: str | None = None) -> LibrarySkill:
         """Return the current version of `name`, or the exact version `content_hash` names.
@@ -52,14 +65,6 @@ class PostgresSkillLibrary:
                 self._pinned[(name, content_hash)] = stored.entry
                 return stored.entry
             found = await current_skills(conn, self.tenant_id, name)
-            if not found:
-                everything = await current_skills(conn, self.tenant_id)
-                raise unknown(
-                    name,
-                    [
-                        s.skill.name
-                        for s in everything
-                        if s.enabled and allows(self.allowed, s.skill.name)
-                    ],
-                )
+        if not found:
+            raise unknown(name, [s.name for s in await self.available()])
         return found[0].entry

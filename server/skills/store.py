@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from server.db.pool import Conn, Pool
 from server.errors import SkillNotFoundError
 from skills.format import Skill, parse_skill, scan
-from skills.library import LibrarySkill
+from skills.library import LibrarySkill, SkillSummary
 
 log = logging.getLogger(__name__)
 REPOSITORY = ""
@@ -108,13 +108,16 @@ async def add_version(
             return int(latest["version"]), False
         version = 1 + (int(latest["version"]) if latest else 0)
         await conn.execute(
-            "INSERT INTO skill_versions (tenant_id, name, version, content_hash, skill_md,"
-            " resources, source, created_by) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            "INSERT INTO skill_versions (tenant_id, name, version, content_hash, description,"
+            " label, skill_md, resources, source, created_by)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 tenant_id,
                 skill.name,
                 version,
                 skill.content_hash,
+                skill.description,
+                skill.label,
                 skill.skill_md,
                 Jsonb(dict(skill.resources)),
                 source,
@@ -154,7 +157,7 @@ WITH owners AS (
     WHERE tenant_id IN (%(tenant)s, '') AND (%(name)s::text IS NULL OR name = %(name)s)
     ORDER BY name, (tenant_id = %(tenant)s) DESC
 )
-SELECT DISTINCT ON (v.name) v.*, t.enabled, t.pinned_version
+SELECT DISTINCT ON (v.name) {columns}, t.enabled, t.pinned_version
 FROM owners o
 JOIN skill_versions v ON v.tenant_id = o.tenant_id AND v.name = o.name
 LEFT JOIN tenant_skills t ON t.tenant_id = %(tenant)s AND t.name = v.name
@@ -165,8 +168,30 @@ ORDER BY v.name, v.version DESC
 
 async def current_skills(conn: Conn, tenant_id: str, name: str | None = None) -> list[StoredSkill]:
     """Return the current version of every skill the tenant sees (or of `name`)."""
-    cur = await conn.execute(_CURRENT, {"tenant": tenant_id, "name": name})
+    cur = await conn.execute(_CURRENT.format(columns="v.*"), {"tenant": tenant_id, "name": name})
     return [_stored(r) for r in await cur.fetchall()]
+
+
+_LISTED = "v.tenant_id, v.name, v.version, v.content_hash, v.description, v.label"
+
+
+async def current_summaries(conn: Conn, tenant_id: str) -> list[tuple[SkillSummary, bool]]:
+    """Return the current version of every skill the tenant sees, unparsed, and if enabled."""
+    cur = await conn.execute(_CURRENT.format(columns=_LISTED), {"tenant": tenant_id, "name": None})
+    return [
+        (
+            SkillSummary(
+                r["name"],
+                r["description"],
+                r["version"],
+                r["label"],
+                r["content_hash"],
+                _owner(r["tenant_id"]),
+            ),
+            r["enabled"] is not False,
+        )
+        for r in await cur.fetchall()
+    ]
 
 
 async def current_skill(conn: Conn, tenant_id: str, name: str) -> StoredSkill:

@@ -7,6 +7,9 @@ CREATE TABLE skill_versions (
     name          text NOT NULL,
     version       integer NOT NULL CHECK (version >= 1),
     content_hash  text NOT NULL,
+    -- What listings show, so that they never parse SKILL.md.
+    description   text NOT NULL,
+    label         text NOT NULL,
     skill_md      text NOT NULL,
     resources     jsonb NOT NULL DEFAULT '{}',
     source        text NOT NULL CHECK (source IN ('repository', 'upload')),
