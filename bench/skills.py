@@ -17,7 +17,7 @@ from langchain_core.messages import HumanMessage
 
 from bench.common import Figures, run_async, stat_line
 from nodes.context.sections import SectionRequest
-from nodes.context.skills import loaded_skills_section, skills_section
+from nodes.context.skills import DEFAULT_SKILLS_BUDGET, loaded_skills_section, skills_section
 from nodes.context.tokens import counter_for
 from server.db.pool import migrate, open_pool
 from server.settings import Settings
@@ -81,10 +81,11 @@ async def measure(settings: Settings, rounds: int) -> list[str]:
                 items = await skills_section(request(library, {}))
                 timings.append(time.perf_counter() - began)
             tokens = sum(counter.count(i) for i in items)
+            fits = DEFAULT_SKILLS_BUDGET * size // max(tokens, 1)
             lines.append(
                 f"- {size} skills: `skills` section {tokens:,} tokens ({tokens / size:.0f} per "
-                f"skill; the default budget is 600, so past about {600 * size // max(tokens, 1)} "
-                f"skills the lowest-listed are left out and the manifest says so); listing "
+                f"skill; within the default budget of {DEFAULT_SKILLS_BUDGET:,} about "
+                f"{min(fits, size)} are listed, the closest to the message first); listing "
                 f"and building it per model call: {stat_line(timings)}"
             )
         brief = await PostgresSkillLibrary(pool, TENANT, ["*"]).get("research-brief")
