@@ -42,6 +42,8 @@ class EventType(StrEnum):
     MEMORY_UPDATED = "memory.updated"
     ARTIFACT_CREATED = "artifact.created"
     ARTIFACT_UPDATED = "artifact.updated"
+    PLAN_UPDATED = "plan.updated"
+    SKILL_LOADED = "skill.loaded"
 
 
 E = EventType
@@ -352,6 +354,32 @@ class ArtifactWritten(TypedDict):
     replayed: bool
 
 
+class PlanUpdated(TypedDict):
+    """`plan.updated`: the run's whole plan after a change, and what changed."""
+
+    event: Literal[EventType.PLAN_UPDATED]
+    plan: dict[str, Any]
+    changed: list[dict[str, Any]]
+    reason: str
+    toolCallIds: NotRequired[list[str]]
+
+
+class SkillLoaded(TypedDict):
+    """`skill.loaded`: the run loaded (and pinned) one exact version of a skill."""
+
+    event: Literal[EventType.SKILL_LOADED]
+    name: str
+    version: int
+    label: str
+    hash: str
+    owner: str
+    allowedTools: list[str] | None
+    resources: list[str]
+    via: str
+    toolCallId: str | None
+    similarity: NotRequired[float]
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -379,6 +407,8 @@ PAYLOADS: dict[EventType, type] = {
     E.MEMORY_UPDATED: MemoryUpdated,
     E.ARTIFACT_CREATED: ArtifactWritten,
     E.ARTIFACT_UPDATED: ArtifactWritten,
+    E.PLAN_UPDATED: PlanUpdated,
+    E.SKILL_LOADED: SkillLoaded,
 }
 
 
@@ -393,6 +423,8 @@ StreamEvent = (
     | ModelFallback
     | ContextBuilt
     | ArtifactWritten
+    | PlanUpdated
+    | SkillLoaded
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

@@ -37,6 +37,8 @@ class AgentState(TypedDict):
         approvals: Reviewers' decisions on the current run's tool calls, by tool call id.
         token_counts: Each message's token count by message id (counted once, kept), with
             the tokenizer's name under `@tokenizer`.
+        plan: The run's plan: `runId`, `revision` and its `steps` (tools/plan/model.py).
+        skills: The skills the run loaded: `runId` and, by name, the pinned version.
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
@@ -45,3 +47,5 @@ class AgentState(TypedDict):
     context_manifest: NotRequired[dict[str, Any]]
     approvals: NotRequired[Annotated[dict[str, dict[str, Any]], merge_approvals]]
     token_counts: NotRequired[Annotated[dict[str, Any], merge_token_counts]]
+    plan: NotRequired[dict[str, Any]]
+    skills: NotRequired[dict[str, Any]]

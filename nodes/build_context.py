@@ -18,6 +18,7 @@ from nodes.context.sections import SectionRequest
 from nodes.context.setup import ContextSetup
 from nodes.context.tokens import tools_tokens
 from nodes.errors import StepLimitError
+from nodes.state_tools import preload, visible_tools
 
 
 def context_setup(context: RunContext) -> ContextSetup:
@@ -46,8 +47,10 @@ async def assemble(
         now=datetime.now(UTC),
         display_names=setup.display_names,
         options=setup.section_options,
+        state=state,
     )
-    schemas = [convert_to_openai_tool(t) for t in context.tools]
+    tools = visible_tools(state, context.tools)
+    schemas = [convert_to_openai_tool(t) for t in tools]
     built = await build(
         messages,
         setup,
@@ -58,7 +61,7 @@ async def assemble(
         step=step,
         attempt=context.attempt,
     )
-    built.manifest["tools"] = [t.name for t in context.tools]  # what the model is shown
+    built.manifest["tools"] = [t.name for t in tools]  # what the model is shown
     return built
 
 
@@ -75,12 +78,15 @@ async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict
             f"the agent made {step} model calls without a final answer; "
             f"the limit is {context.max_steps} (run option maxSteps)"
         )
+    loaded = await preload(state, context, runtime.stream_writer)
+    if loaded:
+        state = {**state, **loaded}  # type: ignore[typeddict-item]
     with call_metadata(**{STEP_KEY: step + 1, PURPOSE_KEY: "summary"}):
         built = await assemble(state, context, runtime.stream_writer, step + 1)
     context.prepared.clear()
     context.prepared[step + 1] = built.messages
     runtime.stream_writer({"event": EventType.CONTEXT_BUILT, **built.manifest})
-    update: dict[str, Any] = {"context_manifest": built.manifest}
+    update: dict[str, Any] = {"context_manifest": built.manifest, **loaded}
     if built.counts:
         update["token_counts"] = built.counts
     return update

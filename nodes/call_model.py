@@ -13,6 +13,7 @@ from nodes.build_context import assemble
 from nodes.context.metadata import PURPOSE_KEY, STEP_KEY, call_metadata
 from nodes.models.caller import ModelChoice, ResilientModelCaller
 from nodes.models.demo import DemoChatModel
+from nodes.state_tools import visible_tools
 
 
 def default_caller(context: RunContext) -> ResilientModelCaller:
@@ -37,5 +38,6 @@ async def call_model(state: AgentState, runtime: Runtime[RunContext]) -> dict[st
         runtime.stream_writer({"event": EventType.CONTEXT_BUILT, **built.manifest})
         messages = built.messages
     with call_metadata(**{STEP_KEY: step, PURPOSE_KEY: "answer"}):
-        response = await caller.call(messages, context.tools, runtime.stream_writer, step=step)
+        tools = visible_tools(state, context.tools)
+        response = await caller.call(messages, tools, runtime.stream_writer, step=step)
     return {"messages": [response], "step": step}

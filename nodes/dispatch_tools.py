@@ -28,10 +28,12 @@ from nodes.await_approval import (
     run_decisions,
     toolbox_of,
 )
+from nodes.state_tools import apply_results, refusals, state_view
 from tools.errors import ToolCallError
 from tools.ledger import Claim, Outcome
 from tools.pipeline import ToolResult, budget_for, claim, execute, refuse, replay
 from tools.policy import PreparedCall, Toolbox, prepare
+from tools.run_state import viewing
 
 IN_DOUBT_REASON = (
     "an earlier attempt started this call and crashed before recording its outcome; the tool "
@@ -135,11 +137,13 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
     assert isinstance(last, AIMessage)
     decisions = run_decisions(state, context.run_id)
     calls = prepare_calls(last, toolbox)
+    refused = refusals(state, calls, context)
     results: dict[str, ToolResult] = {}
     to_run: list[tuple[PreparedCall, list[str]]] = []
     for call in calls:
-        if call.error is not None:
-            results[call.call_id] = refuse(toolbox, call, call.error, emit)
+        error = call.error or refused.get(call.call_id)
+        if error is not None:
+            results[call.call_id] = refuse(toolbox, call, error, emit)
             continue
         outcome = (
             _with_decision(toolbox, call, decisions.get(call.call_id))
@@ -158,8 +162,9 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
             return await _run(toolbox, call, notes, emit)
 
     try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(run_limited(call, notes)) for call, notes in to_run]
+        with viewing(state_view(state, context)):
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(run_limited(call, notes)) for call, notes in to_run]
     except BaseExceptionGroup as failed:
         # Surface the first error itself: LangGraph must see a GraphInterrupt, not a group.
         first = next(
@@ -174,10 +179,12 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
         else:
             in_doubt.append(done)
     if in_doubt:
-        results.update(await _decide_in_doubt(toolbox, in_doubt, emit))
+        with viewing(state_view(state, context)):
+            results.update(await _decide_in_doubt(toolbox, in_doubt, emit))
 
+    update = apply_results(state, calls, results, emit)
     messages: list[ToolMessage] = []
     for call in calls:
         result = results[call.call_id]
         messages.append(result.to_message(budget_for(toolbox, call.spec)))
-    return {"messages": messages}
+    return {"messages": messages, **update}

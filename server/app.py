@@ -24,16 +24,19 @@ from server.routes import (
 )
 from server.routes import artifacts as artifact_routes
 from server.routes import memory as memory_routes
+from server.routes import skills as skills_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
+from skills.tools import load_skill, read_skill_resource
 from tools.artifacts.tools import artifact_tools
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
+from tools.plan.tool import update_plan
 from tools.registry import ToolRegistry
 from tools.spec import ToolSpec
 
@@ -45,6 +48,9 @@ def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
         *memory_tools(),
         *artifact_tools(),
         *load_tool_modules(settings.tool_modules),
+        load_skill,
+        read_skill_resource,
+        update_plan,
     ]
 
 
@@ -123,6 +129,7 @@ def create_app(
         context.router,
         memory_routes.router,
         artifact_routes.router,
+        skills_routes.router,
     ):
         app.include_router(router)
     return app

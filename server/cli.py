@@ -19,7 +19,17 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory", "artifacts"}
+CLIENT = {
+    "run",
+    "runs",
+    "approvals",
+    "approve",
+    "reject",
+    "agents",
+    "memory",
+    "artifacts",
+    "skills",
+}
 
 
 def _setup_logging(settings: Settings) -> None:

@@ -23,6 +23,7 @@ from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.service import RunService
 from server.settings import Settings
+from server.skills.service import SkillService
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -136,3 +137,11 @@ async def get_artifact_service(request: Request) -> ArtifactService:
 
 
 ArtifactsDep = Annotated[ArtifactService, Depends(get_artifact_service)]
+
+
+async def get_skill_service(request: Request, who: PrincipalDep) -> SkillService:
+    """Return the skills of the caller's tenant."""
+    return SkillService(request.app.state.pool, who)
+
+
+SkillsDep = Annotated[SkillService, Depends(get_skill_service)]

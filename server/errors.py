@@ -350,3 +350,19 @@ class RangeNotSatisfiableError(AgentrtError):
 
     status = 416
     code = "range_not_satisfiable"
+
+
+class SkillNotFoundError(NotFoundError):
+    """No such skill (or version) for the caller's tenant."""
+
+    code = "skill_not_found"
+
+
+class InvalidSkillError(InvalidRequestError):
+    """An uploaded skill does not follow the SKILL.md format; the message says what to fix."""
+
+    code = "invalid_skill"
+
+
+class SkillForbiddenError(ForbiddenError):
+    """Uploading, enabling or disabling skills needs the tenant's admin role."""

@@ -32,6 +32,7 @@ from server.observability.tracing import Tracing
 from server.runs.attempt import ExecutorDeps
 from server.runs.worker import Worker
 from server.settings import Settings
+from server.skills.store import sync_repository
 from server.startup import check_database, redact_url, waiting
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
@@ -116,6 +117,7 @@ async def open_runtime(
             applied = await migrate(pool)
             checkpointer = await setup_checkpointer(pool)
         await sync_agents(pool, settings)
+        await sync_repository(pool, settings.skills_dir)
         metrics = Metrics()
         tracing = Tracing(pool, settings, metrics, span_exporters)
         try:

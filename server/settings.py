@@ -241,3 +241,6 @@ class Settings(BaseSettings):
         if tenant_id in self.artifact_retention_by_tenant:
             return self.artifact_retention_by_tenant[tenant_id]
         return self.artifact_retention_days
+
+    # Skill packages synced at start-up (every tenant sees them); docs/skills.md.
+    skills_dir: Path = Path("skills")

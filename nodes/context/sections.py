@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
@@ -34,6 +35,7 @@ class SectionRequest:
         instructions: The agent profile's instructions.
         now: The time of this model call.
         options: The profile's settings for sections (`skills`, `memory`...), by section.
+        state: The graph state (read-only), for sections that show it (plan, loaded skills).
     """
 
     messages: Sequence[BaseMessage]
@@ -45,6 +47,7 @@ class SectionRequest:
     now: datetime
     display_names: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, object] = field(default_factory=dict)
+    state: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SectionItems(list[str]):

@@ -125,6 +125,57 @@ class MemorySpec(_Spec):
     )
 
 
+class AutoSelectSpec(_Spec):
+    """Load the skill whose description best matches the message (lexical similarity)."""
+
+    enabled: bool = False
+    min_similarity: float = Field(default=0.3, ge=0.0, le=1.0)
+
+
+class SkillsSpec(_Spec):
+    """Which skills the agent may use (docs/skills.md); a plain list is read as `allowed`."""
+
+    allowed: list[str] = Field(
+        default_factory=list,
+        description="Skill names the agent may load; ['*'] for every skill the tenant has "
+        "enabled; none when empty (no skill tools, no skills section).",
+    )
+    preload: list[str] = Field(
+        default_factory=list, description="Skills loaded before the first model call."
+    )
+    auto_select: AutoSelectSpec = Field(default_factory=lambda: AutoSelectSpec())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_list(cls, value: Any) -> Any:
+        return {"allowed": value} if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _preload_allowed(self) -> SkillsSpec:
+        names = set(self.allowed)
+        missing = [n for n in self.preload if "*" not in names and n not in names]
+        if missing:
+            raise ValueError(f"preloaded skills must be allowed too: {', '.join(missing)}")
+        return self
+
+
+class PlanSpec(_Spec):
+    """The model's plan (docs/skills.md): the `update_plan` tool and the `plan` section."""
+
+    enabled: bool = Field(default=False, description="Offer update_plan and show the plan.")
+    required: bool = Field(
+        default=False,
+        description="Refuse tool calls from `requiredBeforeToolCall` on until a plan exists.",
+    )
+    required_before_tool_call: int = Field(default=2, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _required_enables(self) -> PlanSpec:
+        if self.required:
+            self.enabled = True
+        return self
+
+
 class AgentSpec(_Spec):
     """The body of a profile version (`POST /api/agents`, `agents/*.yaml`)."""
 
@@ -146,10 +197,11 @@ class AgentSpec(_Spec):
     tool_policies: dict[str, ToolOverride] = Field(
         default_factory=dict, description="Per-tool policy overrides (risk, approval, timeouts)."
     )
-    skills: list[str] = Field(default_factory=list)
+    skills: SkillsSpec = Field(default_factory=SkillsSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
     retrieval: dict[str, Any] = Field(default_factory=dict)
     context: ContextSpec = Field(default_factory=ContextSpec)
+    plan: PlanSpec = Field(default_factory=PlanSpec)
     max_steps: int | None = Field(default=None, ge=1, le=200)
     run_timeout_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 

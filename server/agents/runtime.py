@@ -7,8 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from nodes.context.memory import MEMORY_SECTION
+from nodes.context.plan import PLAN_SECTION
 from nodes.context.sections import default_registry
 from nodes.context.setup import DEFAULT_WINDOW, ContextSetup
+from nodes.context.skills import LOADED_SKILLS_SECTION, SKILLS_SECTION
 from nodes.context.summary import ModelSummarizer, SummaryStore
 from nodes.context.tokens import EstimateCounter, FunctionCounter, TokenCounter, counter_for
 from nodes.models.caller import ResilientModelCaller
@@ -20,9 +22,12 @@ from server.runs.toolbox import load_overlay
 from server.settings import Settings
 from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
+from skills.library import SkillLibrary
+from skills.tools import SKILL_TOOLS
 from tools.config import TenantToolConfig
 from tools.ledger import PostgresToolLedger
 from tools.memory.tools import MEMORY_TOOLS
+from tools.plan.tool import PLAN_TOOLS
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
 
@@ -101,11 +106,13 @@ def context_setup(
     summaries: SummaryStore,
     caller: ResilientModelCaller,
     roles: Sequence[str] = (),
+    skills: SkillLibrary | None = None,
 ) -> ContextSetup:
     """Build the run's context setup from its profile version and model.
 
     `caller` is the run's model caller: summaries share its usage meter and budgets. `roles`
     are the roles of the run's principal (they may allow writing the tenant's memories).
+    `skills` is the run's skill library (used when the profile allows skills).
     """
     spec = agent.spec
     summary = spec.context.summary
@@ -121,6 +128,10 @@ def context_setup(
     registry = default_registry()
     if spec.memory.mode != "off":
         registry = registry.with_section(MEMORY_SECTION)
+    if spec.skills.allowed and skills is not None:
+        registry = registry.with_section(SKILLS_SECTION).with_section(LOADED_SKILLS_SECTION)
+    if spec.plan.enabled:
+        registry = registry.with_section(PLAN_SECTION)
     return ContextSetup(
         policy=spec.context.policy(),
         registry=registry,
@@ -131,7 +142,13 @@ def context_setup(
         profile={"name": agent.name, "version": agent.version},
         model_id=model_id,
         section_options={
-            "skills": spec.skills,
+            "skills": {
+                "library": skills if spec.skills.allowed else None,
+                "allowed": list(spec.skills.allowed),
+                "preload": list(spec.skills.preload),
+                "autoSelect": spec.skills.auto_select.model_dump(by_alias=True),
+            },
+            "plan": spec.plan.model_dump(by_alias=True),
             "memory": memory_options(agent, roles),
             "retrieval": spec.retrieval,
         },
@@ -163,9 +180,14 @@ async def profile_toolbox(
         overlay=overlay,
         only=tool_allow_list(agent, run.options.get("tools")),
     )
+    off: set[str] = set()
     if agent.spec.memory.mode == "off":
-        return replace(toolbox, allowed=toolbox.allowed - set(MEMORY_TOOLS))
-    return toolbox
+        off |= set(MEMORY_TOOLS)
+    if not agent.spec.skills.allowed:
+        off |= set(SKILL_TOOLS)
+    if not agent.spec.plan.enabled:
+        off |= set(PLAN_TOOLS)
+    return replace(toolbox, allowed=toolbox.allowed - off) if off else toolbox
 
 
 def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:

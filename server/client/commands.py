@@ -15,6 +15,7 @@ from server.client.artifacts import cmd_artifacts
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 from server.client.memory import cmd_memory
+from server.client.skills import cmd_skills
 
 
 def _unreachable(settings: ClientConfig) -> ClientError:
@@ -165,4 +166,5 @@ CLIENT_COMMANDS: dict[
     "agents": cmd_agents,
     "memory": cmd_memory,
     "artifacts": cmd_artifacts,
+    "skills": cmd_skills,
 }

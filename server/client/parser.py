@@ -10,6 +10,7 @@ from typing import Any
 
 from server.client.artifacts import add_artifacts_parser
 from server.client.memory import add_memory_parser
+from server.client.skills import add_skills_parser
 
 APPROVAL_STATES = ["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"]
 
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agents_parser(sub, client)
     add_memory_parser(sub, client)
     add_artifacts_parser(sub, client)
+    add_skills_parser(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -21,6 +21,7 @@ from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
+from server.events.plans import closing_update
 from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
 
 # What may follow a run's final event: memory extraction's report and its model usage.
@@ -230,13 +231,21 @@ def _fold(
     seq = head.seq
     attempt = head.attempt
     for event in events:
-        seq += 1
-        if event.type == _RUN_STARTED:
-            attempt = event.data.get("attempt", attempt)
-        apply_event(snapshot, seq, event.type, event.data)
-        stored.append(StoredEvent(head.run_id, seq, event.type, now, event.data))
+        items = _closing_plan(snapshot, event) if "plan" in snapshot else (event,)
+        for item in items:
+            seq += 1
+            if item.type == _RUN_STARTED:
+                attempt = item.data.get("attempt", attempt)
+            apply_event(snapshot, seq, item.type, item.data)
+            stored.append(StoredEvent(head.run_id, seq, item.type, now, item.data))
     new = RunHead(head.run_id, seq, snapshot["status"], attempt, snapshot, head.generation)
     return new, stored
+
+
+def _closing_plan(snapshot: Snapshot, event: NewEvent) -> list[NewEvent]:
+    """Return `event`, after a `plan.updated` closing the plan's open steps if it ends the run."""
+    update = closing_update(snapshot, event.type)
+    return [event] if update is None else [NewEvent(EventType.PLAN_UPDATED, update), event]
 
 
 def _params(

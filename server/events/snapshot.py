@@ -11,6 +11,7 @@ from typing import Any
 
 from graphs.events import EventType
 from server.domain import RunStatus, check_transition
+from server.events.plans import execution_view, fold_plan
 
 Snapshot = dict[str, Any]
 Data = Mapping[str, Any]
@@ -227,6 +228,7 @@ _FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.RUN_FAILED: _run_failed,
     E.ARTIFACT_CREATED: _artifact_written,
     E.ARTIFACT_UPDATED: _artifact_written,
+    E.PLAN_UPDATED: fold_plan,
 }
 
 
@@ -241,6 +243,8 @@ def apply_event(snap: Snapshot, seq: int, kind: str, data: Data) -> Snapshot:
         fold(snap, data)
     snap["status"] = check_transition(snap["status"], _next_status(snap, kind)).value
     snap["lastEventId"] = seq
+    if "plan" in snap and kind != E.MESSAGE_ITEM_DELTA:
+        snap["execution"] = execution_view(snap)
     return snap
 
 

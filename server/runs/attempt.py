@@ -39,6 +39,7 @@ from server.runs.approvals import resume_command
 from server.runs.failures import describe_failure
 from server.runs.records import Claim
 from server.settings import Settings
+from server.skills.library import PostgresSkillLibrary
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
@@ -274,6 +275,7 @@ class Attempt:
                 summaries=PostgresSummaryStore(deps.pool, run.tenant_id),
                 caller=caller,
                 roles=run.principal_roles,
+                skills=PostgresSkillLibrary(deps.pool, run.tenant_id, agent.spec.skills.allowed),
             ),
             artifacts=self._artifacts(),
         )

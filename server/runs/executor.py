@@ -30,6 +30,7 @@ from server.observability.tracing import RunInfo
 from server.runs.approvals import suspend
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused, set_output_message
+from server.skills.usage import SKILL_LOADS
 from server.usage.ledger import MODEL_CALLS
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     run, head = claim.run, claim.head
     handle = handle or RunHandle()
     writer = EventWriter(
-        deps.pool, head, on_stored=deps.metrics.events_written.inc, hooks=[MODEL_CALLS]
+        deps.pool, head, on_stored=deps.metrics.events_written.inc, hooks=[MODEL_CALLS, SKILL_LOADS]
     )
 
     def emit(kind: EventType, data: Mapping[str, Any] | None = None) -> None:

@@ -80,6 +80,9 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
         "range_not_satisfiable",
         {"size": "10"},
     ),
+    (errors.SkillNotFoundError("skill 'x' not found"), 404, "skill_not_found", {}),
+    (errors.InvalidSkillError("SKILL.md must start with"), 422, "invalid_skill", {}),
+    (errors.SkillForbiddenError("needs admin"), 403, "forbidden", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
