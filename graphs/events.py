@@ -40,6 +40,8 @@ class EventType(StrEnum):
     MODEL_FALLBACK = "model.fallback"
     CONTEXT_BUILT = "context.built"
     MEMORY_UPDATED = "memory.updated"
+    SUBAGENT_STARTED = "subagent.started"
+    SUBAGENT_COMPLETED = "subagent.completed"
 
 
 E = EventType
@@ -335,6 +337,28 @@ class MemoryUpdated(TypedDict):
     counts: dict[str, int]
 
 
+class SubagentStarted(TypedDict):
+    """`subagent.started`: a `delegate` call started a child run; the parent waits for it."""
+
+    toolCallId: str
+    childRunId: str
+    agent: str
+    task: str
+    replayed: NotRequired[bool]
+
+
+class SubagentCompleted(TypedDict):
+    """`subagent.completed`: a delegation ended (or was refused); what the parent is handed."""
+
+    toolCallId: str
+    childRunId: str | None
+    agent: str
+    status: str
+    summary: str
+    error: str | None
+    usage: dict[str, Any]
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -360,6 +384,8 @@ PAYLOADS: dict[EventType, type] = {
     E.MODEL_FALLBACK: ModelFallback,
     E.CONTEXT_BUILT: ContextBuilt,
     E.MEMORY_UPDATED: MemoryUpdated,
+    E.SUBAGENT_STARTED: SubagentStarted,
+    E.SUBAGENT_COMPLETED: SubagentCompleted,
 }
 
 

@@ -28,6 +28,7 @@ from nodes.await_approval import (
     run_decisions,
     toolbox_of,
 )
+from tools.delegate import DELEGATE_TOOL
 from tools.errors import ToolCallError
 from tools.ledger import Claim, Outcome
 from tools.pipeline import ToolResult, budget_for, claim, execute, refuse, replay
@@ -134,7 +135,8 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
     last = state["messages"][-1]
     assert isinstance(last, AIMessage)
     decisions = run_decisions(state, context.run_id)
-    calls = prepare_calls(last, toolbox)
+    # `delegate` calls are the delegate_subagents node's, which runs next.
+    calls = [c for c in prepare_calls(last, toolbox) if c.name != DELEGATE_TOOL]
     results: dict[str, ToolResult] = {}
     to_run: list[tuple[PreparedCall, list[str]]] = []
     for call in calls:

@@ -20,6 +20,7 @@ from server.routes import (
     health,
     observability,
     runs,
+    subagents,
     usage,
 )
 from server.routes import memory as memory_routes
@@ -30,6 +31,7 @@ from server.routes.schemas import errors
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tools.builtin import builtin_tools, load_tool_modules
+from tools.delegate import delegate_tools
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
 from tools.registry import ToolRegistry
@@ -41,6 +43,7 @@ def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
     return [
         *builtin_tools(settings.fetch_allowlist),
         *memory_tools(),
+        *delegate_tools(),
         *load_tool_modules(settings.tool_modules),
     ]
 
@@ -119,6 +122,7 @@ def create_app(
         agents.router,
         context.router,
         memory_routes.router,
+        subagents.router,
     ):
         app.include_router(router)
     return app

@@ -22,6 +22,7 @@ from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.service import RunService
 from server.settings import Settings
+from server.subagents.service import SubagentService
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -125,3 +126,11 @@ async def get_memory_service(request: Request, who: PrincipalDep) -> MemoryServi
 
 ServiceDep = Annotated[RunService, Depends(get_service)]
 MemoryDep = Annotated[MemoryService, Depends(get_memory_service)]
+
+
+async def get_subagent_service(request: Request) -> SubagentService:
+    """Return what the API asks of subagents."""
+    return SubagentService(request.app.state.pool)
+
+
+SubagentDep = Annotated[SubagentService, Depends(get_subagent_service)]

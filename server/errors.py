@@ -333,3 +333,12 @@ class MemoryUnavailableError(AgentrtError):
 
     status = 503
     code = "memory_unavailable"
+
+
+class RunNotRetryableError(ConflictError):
+    """Retry was asked of a run that cannot be retried (the message says why)."""
+
+    code = "not_retryable"
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} cannot be retried: {reason}", runId=run_id)

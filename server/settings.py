@@ -206,3 +206,8 @@ class Settings(BaseSettings):
     redact_fields: list[str] = ["password", "api_key", "apikey", "token", "secret", "authorization"]
     # Worker processes (`agentrt worker`) serve /metrics on this port when set.
     metrics_port: int | None = None
+
+    # Subagents (docs/subagents.md): how deep child runs may nest, and how many one parent
+    # may start at once.
+    subagent_max_depth: int = Field(default=2, ge=0, le=10)
+    subagent_max_children: int = Field(default=4, ge=1, le=100)

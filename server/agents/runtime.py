@@ -21,6 +21,7 @@ from server.settings import Settings
 from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
 from tools.config import TenantToolConfig
+from tools.delegate import DELEGATE_TOOL
 from tools.ledger import PostgresToolLedger
 from tools.memory.tools import MEMORY_TOOLS
 from tools.policy import Toolbox
@@ -163,9 +164,15 @@ async def profile_toolbox(
         overlay=overlay,
         only=tool_allow_list(agent, run.options.get("tools")),
     )
+    hidden: set[str] = set()
     if agent.spec.memory.mode == "off":
-        return replace(toolbox, allowed=toolbox.allowed - set(MEMORY_TOOLS))
-    return toolbox
+        hidden |= set(MEMORY_TOOLS)
+    # Delegating is opt-in: only agents whose profile (or run) names the tool may delegate.
+    if DELEGATE_TOOL not in (agent.spec.tools or ()) and DELEGATE_TOOL not in (
+        run.options.get("tools") or ()
+    ):
+        hidden.add(DELEGATE_TOOL)
+    return replace(toolbox, allowed=toolbox.allowed - hidden) if hidden else toolbox
 
 
 def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:

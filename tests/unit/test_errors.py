@@ -72,6 +72,12 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+    (
+        errors.RunNotRetryableError("run_1", "it is still running"),
+        409,
+        "not_retryable",
+        {"runId": "run_1"},
+    ),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
