@@ -113,8 +113,10 @@ def _result(call: PreparedCall, delegation: Delegation, result: ChildResult) -> 
     except ToolCallError as exc:
         if delegation["onFailure"] == "fail":
             raise SubagentFailedError(exc.message) from None
-        return ToolResult(call.call_id, call.name, "failed", exc.message, exc.error_type)
-    return ToolResult(call.call_id, call.name, "completed", output)
+        return ToolResult(
+            call.call_id, call.name, "failed", exc.message, exc.error_type, attempts=1
+        )
+    return ToolResult(call.call_id, call.name, "completed", output, attempts=1)
 
 
 async def _record(toolbox: Toolbox, call: PreparedCall, result: ToolResult, emit: Emit) -> None:

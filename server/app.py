@@ -39,7 +39,7 @@ from tools.spec import ToolSpec
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
-    """The built-in tools, the memory tools, and those named in `AGENTRT_TOOL_MODULES`."""
+    """The built-in, memory and subagent tools, and those named in `AGENTRT_TOOL_MODULES`."""
     return [
         *builtin_tools(settings.fetch_allowlist),
         *memory_tools(),
