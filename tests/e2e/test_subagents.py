@@ -219,4 +219,3 @@ async def test_retry_refuses_a_run_that_is_not_a_subagent(client: httpx.AsyncCli
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "not_retryable"
     assert "only a subagent's run" in answer.json()["error"]["message"]
-
