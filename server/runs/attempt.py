@@ -37,6 +37,7 @@ from server.runs.failures import describe_failure
 from server.runs.records import Claim
 from server.settings import Settings
 from server.subagents.suspend import resume_value
+from server.subagents.usage import lowered_by_children
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
@@ -248,7 +249,7 @@ class Attempt:
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
-        budget = run_budget(run.options, deps.settings)
+        budget = await lowered_by_children(deps.pool, run, run_budget(run.options, deps.settings))
         caller = run_caller(deps.models, run.model, agent, budget=budget, totals=run.usage or None)
         return RunContext(
             run_id=run.id,

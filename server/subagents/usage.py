@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.models.usage import RunTotals
-from server.db.pool import Conn
+from nodes.models.usage import Budget, RunTotals
+from server.db.pool import Conn, Pool
+from server.domain import Run
 
 _SUBTREE = """
 WITH RECURSIVE tree AS (
@@ -46,3 +47,21 @@ async def usage_with_descendants(conn: Conn, run_id: str) -> dict[str, Any]:
     """Return the API's view of a run tree's totals (`runs` counts the run itself)."""
     total, runs = await tree_usage(conn, run_id)
     return {**total.to_json(), "runs": runs}
+
+
+def _less(limit: Any, used: Any) -> Any:
+    return None if limit is None else limit - used
+
+
+async def lowered_by_children(pool: Pool, run: Run, budget: Budget) -> Budget:
+    """Return the run's budget less what its child runs spent: children count toward it."""
+    if not run.snapshot.get("children"):
+        return budget
+    async with pool.connection() as conn:
+        tree, _ = await tree_usage(conn, run.id)
+    own = RunTotals.from_json(run.usage)
+    return Budget(
+        max_tokens=_less(budget.max_tokens, tree.total_tokens - own.total_tokens),
+        max_cost=_less(budget.max_cost, tree.known_cost - own.known_cost),
+        max_model_calls=_less(budget.max_model_calls, tree.model_calls - own.model_calls),
+    )

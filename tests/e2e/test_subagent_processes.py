@@ -22,7 +22,7 @@ from server.app import create_app
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tests.support.live import SseEvent, read_sse, rebuild_output, serve, wait_for_status
-from tests.support.processes import WorkerProcess, worker_env, workers, write_scripts
+from tests.support.processes import worker_env, workers, write_scripts
 
 pytestmark = pytest.mark.timeout(420)
 SLOW_S = 180

@@ -16,6 +16,7 @@ async def wait_for_file(path: str) -> str:
         path: The file to wait for.
     """
     target = Path(path)
-    while not target.exists():
+    # Another process writes the file: no event announces it.
+    while not await asyncio.to_thread(target.exists):  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     return await asyncio.to_thread(target.read_text)
