@@ -12,6 +12,7 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app, default_tools
+from server.client.tree import load_tree, render_run_tree
 from server.db.pool import Pool
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
@@ -154,6 +155,23 @@ async def test_a_parent_delegates_to_two_children_and_resumes_with_both_results(
         ("d1", "completed"),
         ("d2", "completed"),
     ]
+
+    # The trace shows each child's run as a subtree of the parent's root span.
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+    subtrees = [s for s in trace["root"]["children"] if s["name"].startswith("subagent ")]
+    assert sorted(s["attributes"]["agentrt.run_id"] for s in subtrees) == sorted(
+        c["runId"] for c in children
+    )
+    assert all(s["children"] for s in subtrees)  # the child's own spans below it
+
+    # `agentrt runs show` draws the tree.
+    tree = render_run_tree(
+        await load_tree(client, (await client.get(f"/api/runs/{run['runId']}")).json())
+    )
+    lines = tree.splitlines()
+    assert lines[0].startswith(run["runId"]) and len(lines) == 3
+    assert lines[1].startswith("├─ [d1]") and "researcher@1" in lines[1]
+    assert lines[2].startswith("└─ [d2]") and "writer@1" in lines[2]
 
 
 async def test_usage_of_a_parent_rolls_up_its_children_exactly(client: httpx.AsyncClient) -> None:
