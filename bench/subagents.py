@@ -1,6 +1,6 @@
 """Parents waiting on slow children hold no worker slot: who holds the slots while they wait.
 
-Each parent delegates one task to a slow child (a scripted answer streamed over about two
+Each parent delegates one task to a slow child (a scripted answer streamed over about four
 seconds) and answers once it is back. All parents are posted at once to two worker
 processes with 10 slots each, far fewer slots than parents, so most parents wait while
 children queue for slots. The database is sampled every 100 ms: leased parents, leased
@@ -30,7 +30,7 @@ from bench.common import (
     write_scripts,
 )
 
-CHILD = {"text": "slow " * 40, "chunk_chars": 5, "delay_s": 0.05}
+CHILD = {"text": "slow " * 80, "chunk_chars": 5, "delay_s": 0.05}
 SCRIPTS = {
     "parent": [
         {"tool_calls": [{"name": "delegate", "args": {"task": "slow work", "agent": "slow"}}]},
@@ -76,14 +76,17 @@ async def _scenario(url: str, database_url: str, parents: int) -> dict[str, Any]
         stop = asyncio.Event()
         sampler = asyncio.create_task(_sample(database_url, stop))
         started = time.perf_counter()
-        ids = []
-        for _ in range(parents):
+
+        async def post() -> str:
             conv = (await client.post("/api/conversations", json={"agent": "parent"})).json()
             answer = await client.post(
                 f"/api/conversations/{conv['conversationId']}/messages", json={"content": "go"}
             )
             answer.raise_for_status()
-            ids.append(answer.json()["runId"])
+            return str(answer.json()["runId"])
+
+        # All at once: every parent is queued before any child, so parents are claimed first.
+        ids = await asyncio.gather(*(post() for _ in range(parents)))
         while True:
             done = 0
             for run_id in ids:
@@ -127,7 +130,7 @@ def main(database_url: str, quick: bool) -> Figures:
 
     figures.add(
         f"{parents} parents, {WORKERS} worker processes x {SLOTS} slots; each child streams "
-        "40 chunks 50 ms apart. Sampled every 100 ms."
+        "80 chunks 50 ms apart. Sampled every 100 ms."
     )
     figures.add("")
     figures.add("| measure | value |")
