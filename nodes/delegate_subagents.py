@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
@@ -29,7 +29,12 @@ from tools.ledger import Claim, Outcome
 from tools.pipeline import ToolResult, budget_for, claim, finished_event, refuse, started_event
 from tools.policy import PreparedCall, Toolbox, prepare
 
-SUMMARY_CHARS = 500
+MISSING_RESULT: ChildResult = {
+    "status": "failed",
+    "childRunId": None,
+    "output": "",
+    "error": "no result was recorded for this delegation",
+}
 
 
 class SubagentFailedError(Exception):
@@ -153,6 +158,7 @@ async def delegate_subagents(state: AgentState, runtime: Runtime[RunContext]) ->
     decisions = run_decisions(state, context.run_id)
     results: dict[str, ToolResult] = {}
     to_start: list[tuple[PreparedCall, Delegation]] = []
+    refused: list[tuple[PreparedCall, ToolCallError]] = []
     for call in prepare_calls(answer, toolbox):
         if call.call_id not in open_ids:
             continue
@@ -160,7 +166,7 @@ async def delegate_subagents(state: AgentState, runtime: Runtime[RunContext]) ->
         if call.error is None and call.needs_approval:
             checked = _decided(toolbox, call, decisions.get(call.call_id))
         if isinstance(checked, ToolCallError):
-            results[call.call_id] = refuse(toolbox, call, checked, emit)
+            refused.append((call, checked))
         else:
             to_start.append((checked, _delegation(checked)))
     if to_start:
@@ -168,15 +174,13 @@ async def delegate_subagents(state: AgentState, runtime: Runtime[RunContext]) ->
         resumed = interrupt(request)
         given = resumed.get("results", {}) if isinstance(resumed, dict) else {}
         for call, delegation in to_start:
-            outcome: ChildResult = given.get(call.call_id) or {  # type: ignore[assignment]
-                "status": "failed",
-                "childRunId": None,
-                "output": "",
-                "error": "no result was recorded for this delegation",
-            }
+            outcome = cast(ChildResult, given.get(call.call_id) or MISSING_RESULT)
             result = _result(call, delegation, outcome)
             await _record(toolbox, call, result, emit)
             results[call.call_id] = result
+    # Reported once the node is past its interrupt, so a resumed node does not repeat them.
+    for call, error in refused:
+        results[call.call_id] = refuse(toolbox, call, error, emit)
     messages: list[ToolMessage] = []
     for call in prepare_calls(answer, toolbox):
         if call.call_id in results:
