@@ -31,6 +31,7 @@ BENCHMARKS = [
     "context",
     "memory",
     "skills",
+    "subagents",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

@@ -1,4 +1,7 @@
-"""The agent graph: build_context -> call_model -> [await_approval ->] dispatch_tools -> ... END."""
+"""The agent graph: build_context -> call_model -> [await_approval ->] dispatch_tools ... END.
+
+After dispatch_tools, a turn's `delegate` calls go to delegate_subagents (child runs).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from graphs.state import AgentState
 from nodes.await_approval import await_approval, pending_approvals, toolbox_of
 from nodes.build_context import build_context
 from nodes.call_model import call_model
+from nodes.delegate_subagents import delegate_subagents, open_delegations
 from nodes.dispatch_tools import dispatch_tools
 
 
@@ -27,6 +31,11 @@ def route_after_model(
         return "__end__"
     toolbox = toolbox_of(runtime.context or RunContext())
     return "await_approval" if pending_approvals(state, toolbox) else "dispatch_tools"
+
+
+def route_after_tools(state: AgentState) -> Literal["delegate_subagents", "build_context"]:
+    """Hand the turn's `delegate` calls to child runs before the next model call."""
+    return "delegate_subagents" if open_delegations(state) else "build_context"
 
 
 ContextFactory = Callable[[RunContext | None], Awaitable[RunContext]]
@@ -56,7 +65,13 @@ def build_agent_graph(
             server always passes a full context and leaves this unset.
     """
     builder = StateGraph(AgentState, context_schema=RunContext)
-    nodes: list[Any] = [build_context, call_model, await_approval, dispatch_tools]
+    nodes: list[Any] = [
+        build_context,
+        call_model,
+        await_approval,
+        dispatch_tools,
+        delegate_subagents,
+    ]
     router: Any = route_after_model
     if context is not None:
         nodes = [_with_context(n, context) for n in nodes]
@@ -71,7 +86,13 @@ def build_agent_graph(
         {"await_approval": "await_approval", "dispatch_tools": "dispatch_tools", END: END},
     )
     builder.add_edge("await_approval", "dispatch_tools")
-    builder.add_edge("dispatch_tools", "build_context")
+    # Subagents: the turn's `delegate` calls run as child runs after its other tools.
+    builder.add_conditional_edges(
+        "dispatch_tools",
+        route_after_tools,
+        {"delegate_subagents": "delegate_subagents", "build_context": "build_context"},
+    )
+    builder.add_edge("delegate_subagents", "build_context")
     return builder
 
 

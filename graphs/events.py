@@ -44,6 +44,8 @@ class EventType(StrEnum):
     ARTIFACT_UPDATED = "artifact.updated"
     PLAN_UPDATED = "plan.updated"
     SKILL_LOADED = "skill.loaded"
+    SUBAGENT_STARTED = "subagent.started"
+    SUBAGENT_COMPLETED = "subagent.completed"
 
 
 E = EventType
@@ -380,6 +382,28 @@ class SkillLoaded(TypedDict):
     similarity: NotRequired[float]
 
 
+class SubagentStarted(TypedDict):
+    """`subagent.started`: a `delegate` call started a child run; the parent waits for it."""
+
+    toolCallId: str
+    childRunId: str
+    agent: str
+    task: str
+    replayed: NotRequired[bool]
+
+
+class SubagentCompleted(TypedDict):
+    """`subagent.completed`: a delegation ended (or was refused); what the parent is handed."""
+
+    toolCallId: str
+    childRunId: str | None
+    agent: str
+    status: str
+    summary: str
+    error: str | None
+    usage: dict[str, Any]
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
@@ -409,6 +433,8 @@ PAYLOADS: dict[EventType, type] = {
     E.ARTIFACT_UPDATED: ArtifactWritten,
     E.PLAN_UPDATED: PlanUpdated,
     E.SKILL_LOADED: SkillLoaded,
+    E.SUBAGENT_STARTED: SubagentStarted,
+    E.SUBAGENT_COMPLETED: SubagentCompleted,
 }
 
 

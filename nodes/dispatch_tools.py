@@ -29,6 +29,7 @@ from nodes.await_approval import (
     toolbox_of,
 )
 from nodes.state_tools import apply_results, refusals, state_view
+from tools.delegate import DELEGATE_TOOL
 from tools.errors import ToolCallError
 from tools.ledger import Claim, Outcome
 from tools.pipeline import ToolResult, budget_for, claim, execute, refuse, replay
@@ -136,7 +137,8 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
     last = state["messages"][-1]
     assert isinstance(last, AIMessage)
     decisions = run_decisions(state, context.run_id)
-    calls = prepare_calls(last, toolbox)
+    # `delegate` calls are the delegate_subagents node's, which runs next.
+    calls = [c for c in prepare_calls(last, toolbox) if c.name != DELEGATE_TOOL]
     refused = refusals(state, calls, context)
     results: dict[str, ToolResult] = {}
     to_run: list[tuple[PreparedCall, list[str]]] = []

@@ -20,6 +20,7 @@ from server.routes import (
     health,
     observability,
     runs,
+    subagents,
     usage,
 )
 from server.routes import artifacts as artifact_routes
@@ -34,6 +35,7 @@ from server.usage.registry import ModelRegistry
 from skills.tools import load_skill, read_skill_resource
 from tools.artifacts.tools import artifact_tools
 from tools.builtin import builtin_tools, load_tool_modules
+from tools.delegate import delegate_tools
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
 from tools.plan.tool import update_plan
@@ -42,11 +44,12 @@ from tools.spec import ToolSpec
 
 
 def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
-    """The built-in tools, the memory tools, and those named in `AGENTRT_TOOL_MODULES`."""
+    """The built-in, memory and subagent tools, and those named in `AGENTRT_TOOL_MODULES`."""
     return [
         *builtin_tools(settings.fetch_allowlist),
         *memory_tools(),
         *artifact_tools(),
+        *delegate_tools(),
         *load_tool_modules(settings.tool_modules),
         load_skill,
         read_skill_resource,
@@ -130,6 +133,7 @@ def create_app(
         memory_routes.router,
         artifact_routes.router,
         skills_routes.router,
+        subagents.router,
     ):
         app.include_router(router)
     return app

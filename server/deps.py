@@ -24,6 +24,7 @@ from server.observability.tracing import Tracing
 from server.runs.service import RunService
 from server.settings import Settings
 from server.skills.service import SkillService
+from server.subagents.service import SubagentService
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -145,3 +146,11 @@ async def get_skill_service(request: Request, who: PrincipalDep) -> SkillService
 
 
 SkillsDep = Annotated[SkillService, Depends(get_skill_service)]
+
+
+async def get_subagent_service(request: Request) -> SubagentService:
+    """Return what the API asks of subagents."""
+    return SubagentService(request.app.state.pool)
+
+
+SubagentDep = Annotated[SubagentService, Depends(get_subagent_service)]

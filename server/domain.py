@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Self
@@ -128,6 +128,8 @@ class Run:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    parent_run_id: str | None = None
+    depth: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:
@@ -136,7 +138,8 @@ class Run:
         Raises:
             KeyError: the row lacks a column of the record.
         """
-        values = {f.name: row[f.name] for f in fields(cls)}
+        # Columns with a default (added by later migrations) may be absent from older rows.
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row or f.default is MISSING}
         values["status"] = RunStatus(values["status"])
         values["options"] = values["options"] or {}
         values["usage"] = values["usage"] or {}

@@ -366,3 +366,12 @@ class InvalidSkillError(InvalidRequestError):
 
 class SkillForbiddenError(ForbiddenError):
     """Uploading, enabling or disabling skills needs the tenant's admin role."""
+
+
+class RunNotRetryableError(ConflictError):
+    """Retry was asked of a run that cannot be retried (the message says why)."""
+
+    code = "not_retryable"
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} cannot be retried: {reason}", runId=run_id)

@@ -244,3 +244,7 @@ class Settings(BaseSettings):
 
     # Skill packages synced at start-up (every tenant sees them); docs/skills.md.
     skills_dir: Path = Path("skills")
+    # Subagents (docs/subagents.md): how deep child runs may nest, and how many one parent
+    # may start at once.
+    subagent_max_depth: int = Field(default=2, ge=0, le=10)
+    subagent_max_children: int = Field(default=4, ge=1, le=100)

@@ -25,6 +25,7 @@ from server.usage.registry import ModelRegistry
 from skills.library import SkillLibrary
 from skills.tools import SKILL_TOOLS
 from tools.config import TenantToolConfig
+from tools.delegate import DELEGATE_TOOL
 from tools.ledger import PostgresToolLedger
 from tools.memory.tools import MEMORY_TOOLS
 from tools.plan.tool import PLAN_TOOLS
@@ -180,14 +181,19 @@ async def profile_toolbox(
         overlay=overlay,
         only=tool_allow_list(agent, run.options.get("tools")),
     )
-    off: set[str] = set()
+    hidden: set[str] = set()
     if agent.spec.memory.mode == "off":
-        off |= set(MEMORY_TOOLS)
+        hidden |= set(MEMORY_TOOLS)
     if not agent.spec.skills.allowed:
-        off |= set(SKILL_TOOLS)
+        hidden |= set(SKILL_TOOLS)
     if not agent.spec.plan.enabled:
-        off |= set(PLAN_TOOLS)
-    return replace(toolbox, allowed=toolbox.allowed - off) if off else toolbox
+        hidden |= set(PLAN_TOOLS)
+    # Delegating is opt-in: only agents whose profile (or run) names the tool may delegate.
+    if DELEGATE_TOOL not in (agent.spec.tools or ()) and DELEGATE_TOOL not in (
+        run.options.get("tools") or ()
+    ):
+        hidden.add(DELEGATE_TOOL)
+    return replace(toolbox, allowed=toolbox.allowed - hidden) if hidden else toolbox
 
 
 def tool_allow_list(agent: AgentVersion, run_only: Sequence[str] | None) -> list[str] | None:

@@ -16,6 +16,7 @@ from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
 from server.client.memory import cmd_memory
 from server.client.skills import cmd_skills
+from server.client.tree import load_tree, render_run_tree
 
 
 def _unreachable(settings: ClientConfig) -> ClientError:
@@ -76,7 +77,7 @@ async def _events(client: httpx.AsyncClient, args: argparse.Namespace) -> None:
 
 
 async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
-    """`agentrt runs list|show|trace|events|cancel|pause|resume`."""
+    """`agentrt runs list|show|trace|events|cancel|pause|resume|retry`."""
     async with open_client(settings.url, settings.api_key) as client:
         try:
             if args.action == "list":
@@ -84,7 +85,11 @@ async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
                     check(await client.get("/api/runs", params={"limit": args.limit}))["runs"]
                 )
             elif args.action == "show":
-                print(json.dumps(check(await client.get(f"/api/runs/{args.run_id}")), indent=2))
+                run = check(await client.get(f"/api/runs/{args.run_id}"))
+                print(json.dumps(run, indent=2))
+                tree = await load_tree(client, run)
+                if tree["children"]:
+                    print("\nsubagents:\n" + render_run_tree(tree))
                 if args.context:
                     view = check(await client.get(f"/api/runs/{args.run_id}/context"))
                     print(render_context(view))
@@ -98,6 +103,9 @@ async def cmd_runs(settings: ClientConfig, args: argparse.Namespace) -> int:
                 run = check(await client.post(f"/api/runs/{args.run_id}/cancel"))
                 done = "cancelled" if run.get("cancelled") else "cancel requested; it stops soon"
                 print(f"run {args.run_id}: {done} (status {run['status']})")
+            elif args.action == "retry":
+                run = check(await client.post(f"/api/runs/{args.run_id}/retry"))
+                print(f"run {args.run_id} retried as {run['runId']} (status {run['status']})")
             elif args.action in ("pause", "resume"):
                 print(await pause_or_resume(client, args.action, args.run_id))
         except httpx.ConnectError:

@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs_sub = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     runs_list = runs_sub.add_parser("list", parents=[client], help="the latest runs, newest first")
     runs_list.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
-    show = runs_sub.add_parser("show", parents=[client], help="the run record as JSON")
+    show = runs_sub.add_parser(
+        "show", parents=[client], help="the run record as JSON, and its subagents as a tree"
+    )
     show.add_argument("run_id", help="the run id (run_...)")
     show.add_argument(
         "--context",
@@ -83,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         "resume", parents=[client], help="resume a paused run from its last checkpoint"
     )
     resume.add_argument("run_id", help="the run id (run_...)")
+    retry = runs_sub.add_parser(
+        "retry",
+        parents=[client],
+        help="run a finished subagent's task again as a new child run of the same parent",
+    )
+    retry.add_argument("run_id", help="the child run id (run_...)")
 
     _agents_parser(sub, client)
     add_memory_parser(sub, client)

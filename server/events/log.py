@@ -22,7 +22,13 @@ from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
-from server.events.snapshot import Snapshot, apply_event, copy_snapshot, empty_snapshot
+from server.events.snapshot import (
+    Snapshot,
+    apply_event,
+    awaits_children,
+    copy_snapshot,
+    empty_snapshot,
+)
 
 # What may follow a run's final event: memory extraction's report and its model usage.
 AFTER_END_EVENTS = frozenset({EventType.MEMORY_UPDATED, EventType.USAGE})
@@ -263,7 +269,9 @@ def _params(
         "terminal": is_terminal(status),
         "after_end": after_end,
         "release": is_terminal(status)
-        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED),
+        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
+        # A parent waiting for its child runs holds no worker (docs/subagents.md).
+        or (status == RunStatus.WAITING_TOOL and awaits_children(new.snapshot)),
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,

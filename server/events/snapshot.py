@@ -12,6 +12,7 @@ from typing import Any
 from graphs.events import EventType
 from server.domain import RunStatus, check_transition
 from server.events.plans import execution_view, fold_plan
+from server.domain import ACTIVE, RunStatus, check_transition
 
 Snapshot = dict[str, Any]
 Data = Mapping[str, Any]
@@ -58,6 +59,8 @@ def copy_snapshot(snap: Snapshot) -> Snapshot:
     }
     if "approvals" in snap:
         copy["approvals"] = [dict(a) for a in snap["approvals"]]
+    if "children" in snap:
+        copy["children"] = [dict(c) for c in snap["children"]]
     return copy
 
 
@@ -94,6 +97,22 @@ def _after_tool_end(snap: Snapshot, current: RunStatus) -> RunStatus:
     return RunStatus.WAITING_TOOL if tools_running else RunStatus.RUNNING
 
 
+def awaits_children(snap: Snapshot) -> bool:
+    """Say whether the run waits for a child run it delegated to (docs/subagents.md)."""
+    return any(c["status"] == "running" for c in snap.get("children", []))
+
+
+def _after_child_started(snap: Snapshot, current: RunStatus) -> RunStatus:
+    return RunStatus.WAITING_TOOL if current in ACTIVE else current
+
+
+def _after_child_ended(snap: Snapshot, current: RunStatus) -> RunStatus:
+    # The last awaited child ended: the parent goes back to the queue to resume.
+    if current in ACTIVE and not awaits_children(snap):
+        return RunStatus.QUEUED
+    return current
+
+
 # Event types whose next status depends on the snapshot (after the event is folded in).
 _STATUS_RULES: dict[str, Callable[[Snapshot, RunStatus], RunStatus]] = {
     E.RUN_RESUMED: _after_resume,
@@ -101,6 +120,8 @@ _STATUS_RULES: dict[str, Callable[[Snapshot, RunStatus], RunStatus]] = {
     E.TOOL_STARTED: _after_tool_start,
     E.TOOL_COMPLETED: _after_tool_end,
     E.TOOL_FAILED: _after_tool_end,
+    E.SUBAGENT_STARTED: _after_child_started,
+    E.SUBAGENT_COMPLETED: _after_child_ended,
 }
 
 
@@ -212,6 +233,27 @@ def _artifact_written(snap: Snapshot, data: Data) -> None:
         entry.update({k: data[k] for k in keys})
 
 
+def _subagent_started(snap: Snapshot, data: Data) -> None:
+    children = snap.setdefault("children", [])
+    child = _find(children, "toolCallId", data["toolCallId"])
+    if child is None:
+        child = {"toolCallId": data["toolCallId"]}
+        children.append(child)
+    child.update({"runId": data["childRunId"], "agent": data["agent"], "task": data["task"]})
+    child["status"] = "running"
+
+
+def _subagent_completed(snap: Snapshot, data: Data) -> None:
+    children = snap.setdefault("children", [])
+    child = _find(children, "toolCallId", data["toolCallId"])
+    if child is None:  # refused: no child run was started
+        child = {"toolCallId": data["toolCallId"], "task": None}
+        children.append(child)
+    child.update(
+        {"runId": data.get("childRunId"), "agent": data["agent"], "status": data["status"]}
+    )
+
+
 # How each event type changes the snapshot beyond its status; the others change only that.
 _FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.RUN_STARTED: _run_started,
@@ -229,6 +271,8 @@ _FOLDS: dict[str, Callable[[Snapshot, Data], None]] = {
     E.ARTIFACT_CREATED: _artifact_written,
     E.ARTIFACT_UPDATED: _artifact_written,
     E.PLAN_UPDATED: fold_plan,
+    E.SUBAGENT_STARTED: _subagent_started,
+    E.SUBAGENT_COMPLETED: _subagent_completed,
 }
 
 

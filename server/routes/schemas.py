@@ -135,6 +135,8 @@ class Run(ApiModel):
     created_at: str | None
     started_at: str | None
     finished_at: str | None
+    parent_run_id: str | None = Field(None, description="The run that delegated to this one.")
+    depth: int = Field(0, description="How deep below a user's run (0: started by a user).")
 
 
 class CancelledRun(Run):
@@ -184,6 +186,10 @@ class Snapshot(ApiModel):
     approvals: list[dict[str, Any]]
     error: dict[str, Any] | None
     output: str = Field(description="The assistant text so far, superseded items left out.")
+    children: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Child runs (subagents): toolCallId, runId, agent, task, live status.",
+    )
 
 
 class Decision(ApiModel):
@@ -281,6 +287,9 @@ class RunUsage(ApiModel):
     totals: dict[str, Any]
     budget: dict[str, Any]
     calls: list[dict[str, Any]]
+    with_descendants: dict[str, Any] | None = Field(
+        None, description="Totals of the run and every child run below it (`runs`: how many)."
+    )
 
 
 class UsageReport(ApiModel):
@@ -359,3 +368,10 @@ def sse_frame_schema() -> dict[str, Any]:
             },
         },
     }
+
+
+class Children(ApiModel):
+    """A run's child runs (subagents), oldest first."""
+
+    run_id: str
+    children: list[dict[str, Any]]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from server.deps import ModelsDep, PoolDep, PrincipalDep, SettingsDep
+from server.deps import ModelsDep, PoolDep, PrincipalDep, SettingsDep, SubagentDep
 from server.errors import ForbiddenError, InvalidRequestError
 from server.routes.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
 from server.runs.records import get_run
@@ -21,13 +21,17 @@ MAX_DAYS = 366
 
 @router.get("/api/runs/{run_id}/usage", response_model=RunUsage, responses=errors(404))
 async def get_run_usage(
-    run_id: str, pool: PoolDep, settings: SettingsDep, who: PrincipalDep
+    run_id: str, pool: PoolDep, settings: SettingsDep, who: PrincipalDep, subagents: SubagentDep
 ) -> dict[str, Any]:
-    """Return the run's totals, budget and one row per model call (every attempt)."""
+    """Return the run's totals, budget and one row per model call (every attempt).
+
+    `withDescendants` adds the totals of its child runs (subagents), and theirs.
+    """
     async with pool.connection() as conn:
         run = await get_run(conn, who, run_id)
         calls = await run_calls(conn, run_id)
     return {
+        "withDescendants": await subagents.usage(who, run_id),
         "runId": run_id,
         "status": run.status.value,
         "totals": run.usage,

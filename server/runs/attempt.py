@@ -35,11 +35,12 @@ from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
-from server.runs.approvals import resume_command
 from server.runs.failures import describe_failure
 from server.runs.records import Claim
 from server.settings import Settings
 from server.skills.library import PostgresSkillLibrary
+from server.subagents.suspend import resume_value
+from server.subagents.usage import lowered_by_children
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
@@ -253,7 +254,7 @@ class Attempt:
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
-        budget = run_budget(run.options, deps.settings)
+        budget = await lowered_by_children(deps.pool, run, run_budget(run.options, deps.settings))
         caller = run_caller(deps.models, run.model, agent, budget=budget, totals=run.usage or None)
         return RunContext(
             run_id=run.id,
@@ -306,7 +307,7 @@ class Attempt:
         self.projector.replay_missing(checkpointed, input_id, self.recorded)
         if not state.interrupts:
             return None
-        return await resume_command(self.deps.pool, self.run.id, state.interrupts)
+        return await resume_value(self.deps.pool, self.run.id, state.interrupts)
 
     def _first_input(self, state: StateSnapshot) -> dict[str, Any]:
         """The input of a run's first step: its user message after the thread's history."""

@@ -27,10 +27,11 @@ from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
 from server.observability.tracing import RunInfo
-from server.runs.approvals import suspend
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused, set_output_message
 from server.skills.usage import SKILL_LOADS
+from server.subagents.suspend import suspend_run
+from server.subagents.wake import after_run_end
 from server.usage.ledger import MODEL_CALLS
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
             span.set_attribute("agentrt.outcome", outcome.kind)
         if await _conclude_shielded(deps, writer, run, outcome, pause=handle.pause_requested):
             outcome.cancelled = True
+        if outcome.kind in ("completed", "failed", "cancelled"):
+            await asyncio.shield(after_run_end(deps.pool, run, outcome.kind))
     finally:
         run_context.reset(token)
     if outcome.cancelled:
@@ -129,9 +132,9 @@ async def _conclude(
     if outcome.kind == "completed":
         await _complete(writer, run)
     elif outcome.kind == "suspended":
-        # Stopped for a human: store the approvals, release the run, hold nothing.
+        # Stopped for a human or for child runs: store what it waits for, hold nothing.
         try:
-            await suspend(deps.pool, writer, run, outcome.data["interrupts"])
+            await suspend_run(deps.pool, deps.settings, writer, run, outcome.data["interrupts"])
         except (LeaseLostError, RunFinishedError) as exc:
             log.info("run %s: approvals not stored: %s", run_id, exc)
             pause = False

@@ -8,7 +8,7 @@ back a typed `Run`; every status filter is built from the sets in server/domain.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
@@ -221,7 +221,7 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
         RunFinishedError: the run already ended.
     """
     reason = {"reason": "cancel requested", "by": by}
-    if status in ACTIVE:
+    if status in ACTIVE and await _leased(conn, run_id):
         await conn.execute(
             "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = %s",
             (run_id,),
@@ -237,6 +237,7 @@ async def cancel_locked(conn: Conn, run_id: str, status: RunStatus, by: str) -> 
         )
     else:
         raise RunFinishedError(run_id, status)
+    await _cancel_children(conn, run_id, by)
 
 
 async def request_cancel(pool: Pool, who: Principal, run_id: str) -> Run:
@@ -290,13 +291,15 @@ async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
 
 
 # Fair across users: the queued run whose user has the fewest active runs goes first, then
-# the oldest. A conversation runs one run at a time, in order (docs/decisions/0007).
+# the oldest; a parent waiting for its children holds no worker, so it does not count. A
+# conversation runs one run at a time, in order (docs/decisions/0007).
 _CLAIM = f"""
 WITH user_active AS (
     SELECT tenant_id, user_id, count(*) AS n FROM runs
-    WHERE {status_in(ACTIVE)} GROUP BY tenant_id, user_id
+    WHERE {status_in(ACTIVE)} AND lease_owner IS NOT NULL GROUP BY tenant_id, user_id
 ), tenant_active AS (
-    SELECT tenant_id, count(*) AS n FROM runs WHERE {status_in(ACTIVE)} GROUP BY tenant_id
+    SELECT tenant_id, count(*) AS n FROM runs
+    WHERE {status_in(ACTIVE)} AND lease_owner IS NOT NULL GROUP BY tenant_id
 ), next AS (
     SELECT r.id FROM runs r
     LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
@@ -391,3 +394,118 @@ async def fence_out(conn: Conn, run_id: str, recoveries: int) -> None:
         "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1 WHERE id = %s",
         (recoveries, run_id),
     )
+
+
+# Subagents (docs/subagents.md): child runs are created, cancelled and retried here too.
+
+
+async def _leased(conn: Conn, run_id: str) -> bool:
+    """Say whether a worker holds the run (a parent waiting for children is held by none)."""
+    cur = await conn.execute("SELECT lease_owner FROM runs WHERE id = %s", (run_id,))
+    row = await cur.fetchone()
+    return row is not None and row["lease_owner"] is not None
+
+
+async def _cancel_children(conn: Conn, run_id: str, by: str) -> None:
+    """Cancel the run's unfinished child runs (and theirs), parent row locked before child."""
+    cur = await conn.execute(
+        f"SELECT id, status FROM runs WHERE parent_run_id = %s AND {status_in(IN_PROGRESS)}"
+        " ORDER BY created_at, id FOR NO KEY UPDATE",
+        (run_id,),
+    )
+    for row in await cur.fetchall():
+        await cancel_locked(conn, row["id"], RunStatus(row["status"]), by)
+
+
+@dataclass(frozen=True)
+class NewChildRun:
+    """A child run a parent's delegation starts, in a conversation of its own.
+
+    Attributes:
+        parent: The delegating run (its row locked by the caller's append).
+        content: The child's task, as its user message.
+        model: The child's model.
+        options: The child's run options (tools, budget share, deadline).
+        agent: The child's profile name and exact version.
+        tool_call_id: The parent's `delegate` call the child answers.
+        run_id: The child's id, chosen first so the parent's events can name it.
+    """
+
+    parent: Run
+    content: str
+    model: str
+    options: dict[str, Any]
+    agent: tuple[str, int]
+    tool_call_id: str
+    run_id: str = field(default_factory=lambda: new_id("run"))
+
+
+async def insert_child_run(conn: Conn, new: NewChildRun) -> Run:
+    """Insert a child run, its conversation and user message, and `run.created`, atomically.
+
+    Runs in the caller's transaction (the parent's suspension or a retry).
+    """
+    parent = new.parent
+    conversation_id, message_id, run_id = new_id("conv"), new_id("msg"), new.run_id
+    await conn.execute(
+        "INSERT INTO conversations (id, tenant_id, user_id, title, model, metadata, agent)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (
+            conversation_id,
+            parent.tenant_id,
+            parent.user_id,
+            f"subagent of {parent.id}",
+            new.model,
+            Jsonb({"parentRunId": parent.id, "toolCallId": new.tool_call_id}),
+            new.agent[0],
+        ),
+    )
+    await conn.execute(
+        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role, content)"
+        " VALUES (%s, %s, %s, %s, %s, 'user', %s)",
+        (message_id, conversation_id, parent.tenant_id, parent.user_id, run_id, new.content),
+    )
+    await conn.execute(
+        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
+        " input_message_id, principal_roles, agent_name, agent_version, parent_run_id, depth)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            run_id,
+            conversation_id,
+            parent.tenant_id,
+            parent.user_id,
+            new.model,
+            Jsonb(new.options),
+            message_id,
+            list(parent.principal_roles),
+            *new.agent,
+            parent.id,
+            parent.depth + 1,
+        ),
+    )
+    created = NewEvent(
+        EventType.RUN_CREATED,
+        {
+            "conversationId": conversation_id,
+            "model": new.model,
+            "modelSource": "parent",
+            "agent": f"{new.agent[0]}@{new.agent[1]}",
+            "inputMessageId": message_id,
+        },
+    )
+    await append_events(conn, run_id, head=new_head(run_id), events=[created])
+    cur = await conn.execute("SELECT * FROM runs WHERE id = %s", (run_id,))
+    row = await cur.fetchone()
+    assert row is not None
+    return Run.from_row(row)
+
+
+async def cancel_children(pool: Pool, run_id: str, by: str) -> None:
+    """Cancel the unfinished children of a run that ended (its row locked first)."""
+
+    async def attempt() -> None:
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT 1 FROM runs WHERE id = %s FOR NO KEY UPDATE", (run_id,))
+            await _cancel_children(conn, run_id, by)
+
+    await retry_deadlocks(attempt)

@@ -23,6 +23,8 @@ from server.runs.idempotency import IdempotencyKey
 from server.runs.records import NewRun, accept_message, get_run, request_cancel
 from server.runs.toolbox import principal_toolbox
 from server.settings import Settings
+from server.subagents.traces import with_children
+from server.subagents.wake import report_to_parent
 from server.usage.registry import ModelRegistry
 from server.usage.routing import pick_model
 from tools.errors import ToolCallError
@@ -117,6 +119,8 @@ class RunService:
         run = await request_cancel(self.pool, who, run_id)
         if run.status == RunStatus.CANCELLED:
             self.metrics.events_written.inc()  # run.cancelled, stored by this request
+            if run.parent_run_id is not None:
+                await report_to_parent(self.pool, run.parent_run_id)
         return run
 
     async def decide(
@@ -178,7 +182,7 @@ class RunService:
             raise InvalidRequestError(exc.message) from exc
 
     async def trace(self, who: Principal, run_id: str) -> dict[str, Any]:
-        """Return the run's span tree, including spans this process has not stored yet.
+        """Return the run's span tree (its child runs' as subtrees), unstored spans included.
 
         Raises:
             RunNotFoundError: no such run for the caller's tenant.
@@ -186,4 +190,4 @@ class RunService:
         await self.tracing.sink.flush()
         async with self.pool.connection() as conn:
             run = await get_run(conn, who, run_id)
-            return await load_trace(conn, run)
+            return await with_children(conn, await load_trace(conn, run), run)

@@ -64,6 +64,8 @@ def run_view(run: Run) -> dict[str, Any]:
         "createdAt": iso(run.created_at),
         "startedAt": iso(run.started_at),
         "finishedAt": iso(run.finished_at),
+        "parentRunId": run.parent_run_id,
+        "depth": run.depth,
     }
 
 

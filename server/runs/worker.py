@@ -40,6 +40,7 @@ from server.runs.records import (
     renew_leases,
 )
 from server.settings import Settings
+from server.subagents.wake import wake_parents
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +158,12 @@ class Worker:
             self._wake.clear()
             try:
                 # Leases and approvals expire without a notification, so reaping goes by the
-                # poll interval; a wake-up for new work need not pay for it.
+                # poll interval (as does the sweep for parents whose children ended).
                 if time.monotonic() - reaped_at >= self._settings.worker_poll_seconds:
                     reaped_at = time.monotonic()
                     await self.reap_expired()
                     await expire_due(self.deps.pool)
+                    await wake_parents(self.deps.pool)
                 while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
                     if not await self.claim_one():
                         break

@@ -83,6 +83,12 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.SkillNotFoundError("skill 'x' not found"), 404, "skill_not_found", {}),
     (errors.InvalidSkillError("SKILL.md must start with"), 422, "invalid_skill", {}),
     (errors.SkillForbiddenError("needs admin"), 403, "forbidden", {}),
+    (
+        errors.RunNotRetryableError("run_1", "it is still running"),
+        409,
+        "not_retryable",
+        {"runId": "run_1"},
+    ),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
