@@ -10,9 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from graphs.events import EventType
-from server.domain import RunStatus, check_transition
-from server.events.plans import execution_view, fold_plan
 from server.domain import ACTIVE, RunStatus, check_transition
+from server.events.plans import execution_view, fold_plan
 
 Snapshot = dict[str, Any]
 Data = Mapping[str, Any]

@@ -171,7 +171,7 @@ async def test_an_idle_connection_stays_usable_for_the_configured_keep_alive(
     process = await serve(env, port, "--no-workers").start(limit_s=120)
     request = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await _connect(port)
         for _ in range(2):
             writer.write(request)
             await writer.drain()
@@ -184,3 +184,13 @@ async def test_an_idle_connection_stays_usable_for_the_configured_keep_alive(
         writer.close()
     finally:
         await process.close()
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    # The start-up line comes before the socket listens; retry until it does.
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                return await asyncio.open_connection("127.0.0.1", port)
+            except ConnectionRefusedError:
+                await asyncio.sleep(0.1)

@@ -14,12 +14,17 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from server.settings import Settings
+
 
 def free_port() -> int:
     """Return a TCP port that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+KEEP_ALIVE_S = Settings.model_fields["http_keep_alive_s"].default
 
 
 @asynccontextmanager
@@ -33,7 +38,7 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
         log_level="warning",
         lifespan="on",
         # As `agentrt serve` does: a short keep-alive races the client's next request.
-        timeout_keep_alive=app.state.settings.http_keep_alive_s,
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
