@@ -32,6 +32,7 @@ BENCHMARKS = [
     "memory",
     "skills",
     "subagents",
+    "artifacts",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
