@@ -42,13 +42,23 @@ class Download:
         return 206 if self.partial else 200
 
 
-async def runs_in_listing(conn: Conn, run: Run) -> list[str]:
-    """Return the runs whose artifacts a run's listing shows: the run itself.
+_TREE = """
+WITH RECURSIVE tree AS (
+    SELECT id FROM runs WHERE id = %(run)s AND tenant_id = %(tenant)s
+    UNION ALL
+    SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id WHERE r.tenant_id = %(tenant)s
+)
+SELECT id FROM tree
+"""
 
-    This is where a run's descendants (child runs) join the listing, so that what a child
-    writes is visible to its parent.
+
+async def runs_in_listing(conn: Conn, run: Run) -> list[str]:
+    """Return the runs whose artifacts a run's listing shows: the run and its descendants.
+
+    What a subagent (a child run, at any depth) writes is part of its parent's work.
     """
-    return [run.id]
+    cur = await conn.execute(_TREE, {"run": run.id, "tenant": run.tenant_id})
+    return [row["id"] for row in await cur.fetchall()]
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -133,7 +143,7 @@ class ArtifactService:
         self.url_ttl_s = url_ttl_s
 
     async def list_for_run(self, who: Principal, run_id: str) -> list[Artifact]:
-        """Return the artifacts the run (and, later, its descendants) wrote, oldest first.
+        """Return the artifacts the run and its descendants (subagents) wrote, oldest first.
 
         Raises:
             RunNotFoundError: no such run in the caller's tenant.
