@@ -22,6 +22,7 @@ from server.routes import (
     runs,
     usage,
 )
+from server.routes import lifecycle as lifecycle_routes
 from server.routes import memory as memory_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
@@ -119,6 +120,7 @@ def create_app(
         agents.router,
         context.router,
         memory_routes.router,
+        lifecycle_routes.router,
     ):
         app.include_router(router)
     return app

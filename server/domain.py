@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Self
@@ -128,6 +128,8 @@ class Run:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    # Set when the retention dropped the run's event log (record and snapshot stay).
+    events_expired_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:
@@ -136,7 +138,7 @@ class Run:
         Raises:
             KeyError: the row lacks a column of the record.
         """
-        values = {f.name: row[f.name] for f in fields(cls)}
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row or f.default is MISSING}
         values["status"] = RunStatus(values["status"])
         values["options"] = values["options"] or {}
         values["usage"] = values["usage"] or {}

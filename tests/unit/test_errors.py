@@ -72,6 +72,8 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+    (errors.EventsExpiredError("run_1", "2026-01-01"), 410, "events_expired", {"runId": "run_1"}),
+    (errors.RunsActiveError("user u", ["run_1"], False), 409, "runs_active", {"runIds": "run_1"}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
