@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory"}
+CLIENT |= {"users", "conversations", "audit"}
 
 
 def _setup_logging(settings: Settings) -> None:

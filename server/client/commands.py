@@ -13,6 +13,7 @@ import httpx
 from server.client.agents import cmd_agents, render_context
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
+from server.client.lifecycle import cmd_audit, cmd_conversations, cmd_users
 from server.client.memory import cmd_memory
 
 
@@ -163,4 +164,7 @@ CLIENT_COMMANDS: dict[
     "reject": cmd_approvals,
     "agents": cmd_agents,
     "memory": cmd_memory,
+    "users": cmd_users,
+    "conversations": cmd_conversations,
+    "audit": cmd_audit,
 }

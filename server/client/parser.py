@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from server.client.lifecycle import add_lifecycle_parsers
 from server.client.memory import add_memory_parser
 
 APPROVAL_STATES = ["pending", "approved", "rejected", "edited", "expired", "cancelled", "all"]
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _agents_parser(sub, client)
     add_memory_parser(sub, client)
+    add_lifecycle_parsers(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
