@@ -219,9 +219,21 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
         from server.memory.store import prune_expired_memories
 
         expired = await prune_expired_memories(pool)
+        from server.lifecycle.retention import apply_retention
+
+        removed = await apply_retention(pool, settings)
+        lifecycle = (
+            "another process is applying the retention"
+            if removed is None
+            else f"retention: {removed.expired_runs} event logs expired, {removed.events} events, "
+            f"{removed.spans} spans, {removed.payloads} payloads, {removed.ledger} ledger rows "
+            f"(rolled up per day), {removed.audit} audit rows removed; "
+            f"{len(removed.partitions_dropped)} partitions dropped, "
+            f"{removed.partitions_created} created"
+        )
         return (
             f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
-            f" deleted {expired} expired memories"
+            f" deleted {expired} expired memories; {lifecycle}"
         )
 
     print(await _with_pool(settings, act))

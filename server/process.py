@@ -23,6 +23,7 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.lifecycle.retention import apply_retention
 from server.memory.jobs import MemoryJobs
 from server.memory.store import index_kind, make_embedder, open_memory_store, prune_expired_memories
 from server.observability.metrics import Metrics
@@ -145,7 +146,9 @@ async def open_runtime(
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         housekeeping = (
-            asyncio.create_task(_housekeeping(pool, checkpointer, settings)) if worker else None
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings, metrics))
+            if worker
+            else None
         )
         try:
             yield Runtime(
@@ -173,8 +176,15 @@ async def open_runtime(
             await notifier.stop()
 
 
-async def _housekeeping(pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings) -> None:
+async def _housekeeping(
+    pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings, metrics: Metrics
+) -> None:
     while True:
+        try:
+            # First: partitions for the coming days exist before events need them.
+            await apply_retention(pool, settings, metrics=metrics)
+        except Exception:
+            log.exception("applying the retention failed; will retry")
         await asyncio.sleep(settings.prune_interval_s)
         try:
             await prune_checkpoints(

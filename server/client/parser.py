@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("migrate", help="apply schema migrations")
     prune = db_sub.add_parser(
         "prune",
-        help="keep only the latest checkpoint of idle conversations; delete expired memories",
+        help="keep only the latest checkpoint of idle conversations; delete expired memories;"
+        " apply the retention (event logs, spans, ledger, audit) and create partitions ahead",
     )
     prune.add_argument("--days", type=float, help="idle for this long (default: the setting)")
     stop = db_sub.add_parser(

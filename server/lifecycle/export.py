@@ -63,7 +63,8 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "event",
         "SELECT e.run_id, e.seq, e.type, e.ts, e.data::text AS data FROM runs r"
-        " JOIN run_events e ON e.run_id = r.id"
+        " JOIN run_events e ON e.run_id = r.id AND e.ts >= r.created_at - interval '1 day'"
+        " AND e.ts <= r.updated_at + interval '1 day'"
         " WHERE r.conversation_id = %(conversation)s AND r.tenant_id = %(tenant)s"
         " ORDER BY r.created_at, r.id, e.seq",
         _event,
