@@ -30,6 +30,7 @@ BENCHMARKS = [
     "startup",
     "context",
     "memory",
+    "lifecycle",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

@@ -106,8 +106,9 @@ async def _expire_logs(
             removed.expired_runs += len(rows)
 
 
-async def _drop_partition(conn: Conn, table: str, name: str, removed: Removed) -> None:
+async def _drop_partition(conn: Conn, table: str, name: str, day: date, removed: Removed) -> None:
     """Drop one old partition; events of runs whose logs must stay move to the default first."""
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     async with conn.transaction():
         count = await conn.execute(f'SELECT count(*) AS n FROM "{name}"')
         row = await count.fetchone()
@@ -115,14 +116,21 @@ async def _drop_partition(conn: Conn, table: str, name: str, removed: Removed) -
         kept = 0
         await conn.execute(f'ALTER TABLE {table} DETACH PARTITION "{name}"')
         if table == "run_events":
-            # Runs still in progress, or ended within their retention: their events move to
-            # the default partition (the day's range has no partition once detached).
-            moved = await conn.execute(
-                f'INSERT INTO run_events SELECT * FROM "{name}" e'
-                " WHERE EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id"
-                " AND r.events_expired_at IS NULL)"
+            # Runs still in progress, or ended within their retention, that lived that day:
+            # their events move to the default partition (the day has no partition now).
+            cur = await conn.execute(
+                "SELECT id FROM runs WHERE events_expired_at IS NULL"
+                " AND created_at - interval '1 day' < %(end)s"
+                " AND updated_at + interval '1 day' >= %(start)s",
+                {"start": start, "end": start + timedelta(days=1)},
             )
-            kept = moved.rowcount
+            keep = [r["id"] for r in await cur.fetchall()]
+            if keep:
+                moved = await conn.execute(
+                    f'INSERT INTO run_events SELECT * FROM "{name}" WHERE run_id = ANY(%s)',
+                    (keep,),
+                )
+                kept = moved.rowcount
         await conn.execute(f'DROP TABLE "{name}"')
     gone = rows - kept
     if table == "run_events":
@@ -139,7 +147,7 @@ async def _drop_partitions(conn: Conn, table: str, horizon: datetime, removed: R
     for name, day in await _partitions(conn, table):
         end = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
         if end <= horizon:
-            await _drop_partition(conn, table, name, removed)
+            await _drop_partition(conn, table, name, day, removed)
     # Rows the default partition caught for days long gone (a job that did not run).
     if table == "run_events":
         gone = await conn.execute(
