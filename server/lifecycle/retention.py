@@ -168,6 +168,27 @@ async def _drop_partitions(conn: Conn, table: str, horizon: datetime, removed: R
             removed.payloads += gone.rowcount
 
 
+async def _trim_short_spans(
+    conn: Conn, overrides: dict[str, int], now: datetime, removed: Removed
+) -> None:
+    """Delete spans (and payloads) of tenants whose span retention is below the longest."""
+    for tenant, days in overrides.items():
+        cur = await conn.execute(
+            "WITH gone AS (DELETE FROM trace_spans WHERE tenant_id = %(t)s"
+            " AND start_time < %(now)s::timestamptz - make_interval(days => %(d)s)"
+            " RETURNING trace_id, span_id), payloads AS (DELETE FROM trace_payloads p"
+            " USING gone WHERE p.trace_id = gone.trace_id AND p.span_id = gone.span_id"
+            " RETURNING 1)"
+            " SELECT (SELECT count(*) FROM gone) AS spans,"
+            " (SELECT count(*) FROM payloads) AS payloads",
+            {"t": tenant, "now": now, "d": days},
+        )
+        row = await cur.fetchone()
+        if row:
+            removed.spans += int(row["spans"])
+            removed.payloads += int(row["payloads"])
+
+
 async def _roll_up_ledger(conn: Conn, settings: Settings, now: datetime, removed: Removed) -> None:
     """Sum model-call rows past the ledger retention into `model_usage_daily`, then drop them."""
     while True:
@@ -248,6 +269,12 @@ async def apply_retention(
             }
             for table, kind in PARTITIONED.items():
                 await _drop_partitions(conn, table, horizons[kind], removed)
+            shorter = {
+                tenant: days
+                for tenant, o in overrides.items()
+                if (days := effective(default, o).spans_days) < longest_spans
+            }
+            await _trim_short_spans(conn, shorter, now, removed)
             await _roll_up_ledger(conn, settings, now, removed)
             gone = await conn.execute(
                 "DELETE FROM audit_log a WHERE a.at < %(now)s::timestamptz - make_interval(days =>"

@@ -178,3 +178,32 @@ async def test_only_one_process_applies_the_retention_at_a_time(env: Env, pool: 
         finally:
             await conn.execute("SELECT pg_advisory_unlock(7262616020)")
     assert await apply_retention(pool, env.settings) is not None
+
+
+async def test_a_tenant_with_a_shorter_retention_loses_its_logs_and_spans_sooner(
+    env: Env, pool: Pool
+) -> None:
+    c = env.client
+    answer = await c.put("/api/retention", json={"eventsDays": 2, "spansDays": 1})
+    assert answer.status_code == 200, answer.text
+    run = await start(env, "hi")
+    assert (await read_sse(c, run["streamUrl"]))[-1].event == "run.completed"
+    events = await count(
+        pool, "SELECT count(*) AS n FROM run_events WHERE run_id = %s", run["runId"]
+    )
+    assert events > 0
+    try:
+        removed = await apply_retention(
+            pool, env.settings, now=await db_now(pool) + timedelta(days=3)
+        )
+    finally:
+        await c.put("/api/retention", json={})
+
+    assert removed is not None
+    sql = "SELECT count(*) AS n FROM {} WHERE run_id = %s"
+    # Nothing old enough for the installation's 30 days: rows went, not partitions.
+    assert removed.partitions_dropped == [] and removed.events >= events
+    assert await count(pool, sql.format("run_events"), run["runId"]) == 0
+    assert await count(pool, sql.format("trace_spans"), run["runId"]) == 0
+    assert (await c.get(f"/api/runs/{run['runId']}/events")).status_code == 410
+    assert (await c.get(f"/api/runs/{run['runId']}/snapshot")).json()["output"] == "hello there"
