@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,22 +89,23 @@ async def _settle_runs(
         raise RunsActiveError(what, active, cancelling=True)
 
 
-async def _open(pool: Pool, who: Principal, scope: str, subject: str) -> dict[str, Any] | None:
-    """Return the running erasure of this subject, or a new one; None if none is needed."""
+async def _open(pool: Pool, who: Principal, scope: str, subject: str) -> dict[str, Any]:
+    """Return the running erasure of this subject (a crashed one), or start one."""
     async with pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(
+        await conn.execute(
             "INSERT INTO erasures (id, tenant_id, scope, subject, requested_by)"
             " VALUES (%s, %s, %s, %s, %s)"
             " ON CONFLICT (tenant_id, scope, subject) WHERE status = 'running' DO NOTHING",
             (new_id("era"), who.tenant_id, scope, subject, who.user_id),
         )
-        del cur
         cur = await conn.execute(
             "SELECT * FROM erasures WHERE tenant_id = %s AND scope = %s AND subject = %s"
             " AND status = 'running' FOR UPDATE",
             (who.tenant_id, scope, subject),
         )
-        return await cur.fetchone()
+        row = await cur.fetchone()
+        assert row is not None  # inserted above, or running already
+        return row
 
 
 async def _table_exists(conn: Conn, table: str) -> bool:
@@ -246,7 +247,6 @@ async def erase_conversation(
         pool, who, what, "conversation_id", conversation_id, cancel=cancel, wait_s=wait_s
     )
     row = await _open(pool, who, "conversation", conversation_id)
-    assert row is not None
     await _erase_conversation_steps(pool, row["id"], who.tenant_id, conversation_id, hook)
     erased = await _finish(pool, who, row["id"], "conversation", conversation_id, {})
     log.info("erased conversation %s: %s", conversation_id, erased.counts)
@@ -276,7 +276,6 @@ async def erase_user(
         pool, who, f"user {user_id}", "user_id", user_id, cancel=cancel, wait_s=wait_s
     )
     row = await _open(pool, who, "user", user_id)
-    assert row is not None
     while True:
         async with pool.connection() as conn:
             cur = await conn.execute(
@@ -303,20 +302,22 @@ async def erase_user(
     return erased
 
 
-async def resume_erasures(pool: Pool, erasers: Sequence[str] = ("conversation", "user")) -> int:
+async def resume_erasures(pool: Pool) -> int:
     """Finish erasures a crash left running (the housekeeping job calls this); return how many."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT tenant_id, scope, subject, requested_by FROM erasures"
             " WHERE status = 'running' AND created_at < now() - interval '1 minute'"
-            " AND scope = ANY(%s) ORDER BY created_at LIMIT 20",
-            (list(erasers),),
+            " ORDER BY created_at LIMIT 20"
         )
         rows = await cur.fetchall()
+    finished = 0
     for row in rows:
         who = Principal(row["tenant_id"], row["requested_by"], frozenset({"admin"}))
-        if row["scope"] == "user":
-            await erase_user(pool, who, row["subject"], cancel=True, wait_s=0)
-        else:
-            await erase_conversation(pool, who, row["subject"], cancel=True, wait_s=0)
-    return len(rows)
+        erase = erase_user if row["scope"] == "user" else erase_conversation
+        try:
+            await erase(pool, who, row["subject"], cancel=True, wait_s=0)
+        except RunsActiveError:
+            continue  # cancelled now; the next pass finishes it once the runs have stopped
+        finished += 1
+    return finished
