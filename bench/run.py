@@ -33,6 +33,7 @@ BENCHMARKS = [
     "skills",
     "subagents",
     "artifacts",
+    "lifecycle",
 ]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"

@@ -24,6 +24,7 @@ from server.routes import (
     usage,
 )
 from server.routes import artifacts as artifact_routes
+from server.routes import lifecycle as lifecycle_routes
 from server.routes import memory as memory_routes
 from server.routes import skills as skills_routes
 from server.routes import tools as tools_routes
@@ -134,6 +135,7 @@ def create_app(
         artifact_routes.router,
         skills_routes.router,
         subagents.router,
+        lifecycle_routes.router,
     ):
         app.include_router(router)
     return app

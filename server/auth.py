@@ -10,6 +10,7 @@ from typing import Any
 from server.db.pool import Pool
 from server.errors import ForbiddenError, UnauthorizedError
 from server.ids import new_id
+from server.lifecycle import audit
 from server.settings import Settings
 
 OPERATOR = "operator"
@@ -46,15 +47,30 @@ def hash_key(key: str) -> str:
 
 
 async def create_api_key(
-    pool: Pool, tenant_id: str, user_id: str, roles: list[str], label: str | None = None
+    pool: Pool,
+    tenant_id: str,
+    user_id: str,
+    roles: list[str],
+    label: str | None = None,
+    *,
+    actor: str = "cli",
 ) -> str:
     """Create an API key and return it; only its hash is stored, so show it once."""
     key = "ak_" + secrets.token_urlsafe(32)
-    async with pool.connection() as conn:
+    key_id = new_id("key")
+    async with pool.connection() as conn, conn.transaction():
         await conn.execute(
             "INSERT INTO api_keys (id, tenant_id, user_id, roles, key_hash, label)"
             " VALUES (%s, %s, %s, %s, %s, %s)",
-            (new_id("key"), tenant_id, user_id, roles, hash_key(key), label),
+            (key_id, tenant_id, user_id, roles, hash_key(key), label),
+        )
+        await audit.record(
+            conn,
+            tenant_id=tenant_id,
+            actor=actor,
+            action="key.created",
+            target=key_id,
+            diff={"user": user_id, "roles": sorted(roles), "label": label},
         )
     return key
 
@@ -120,11 +136,23 @@ async def list_api_keys(pool: Pool, tenant_id: str | None = None) -> list[dict[s
         return [dict(row) for row in await cur.fetchall()]
 
 
-async def revoke_api_key(pool: Pool, key_id: str) -> bool:
+async def revoke_api_key(pool: Pool, key_id: str, *, actor: str = "cli") -> bool:
     """Revoke a key by its id; say whether a live key was revoked."""
-    async with pool.connection() as conn:
+    async with pool.connection() as conn, conn.transaction():
         cur = await conn.execute(
-            "UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL",
+            "UPDATE api_keys SET revoked_at = now() WHERE id = %s AND revoked_at IS NULL"
+            " RETURNING tenant_id, user_id",
             (key_id,),
         )
-        return cur.rowcount == 1
+        row = await cur.fetchone()
+        if row is None:
+            return False
+        await audit.record(
+            conn,
+            tenant_id=row["tenant_id"],
+            actor=actor,
+            action="key.revoked",
+            target=key_id,
+            diff={"user": row["user_id"]},
+        )
+        return True

@@ -19,17 +19,8 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {
-    "run",
-    "runs",
-    "approvals",
-    "approve",
-    "reject",
-    "agents",
-    "memory",
-    "artifacts",
-    "skills",
-}
+CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory"}
+CLIENT |= {"artifacts", "skills", "users", "conversations", "audit"}
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -231,10 +222,22 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
 
         expired = await prune_expired_memories(pool)
         versions = await prune_artifacts(pool, make_storage(settings), settings)
+        from server.lifecycle.retention import apply_retention
+
+        removed = await apply_retention(pool, settings)
+        lifecycle = (
+            "another process is applying the retention"
+            if removed is None
+            else f"retention: {removed.expired_runs} event logs expired, {removed.events} events, "
+            f"{removed.spans} spans, {removed.payloads} payloads, {removed.ledger} ledger rows "
+            f"(rolled up per day), {removed.audit} audit rows removed; "
+            f"{len(removed.partitions_dropped)} partitions dropped, "
+            f"{removed.partitions_created} created"
+        )
         return (
             f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
-            f" deleted {expired} expired memories and {versions} artifact versions"
-            " past their retention"
+            f" deleted {expired} expired memories and {versions} artifact versions past their"
+            f" retention; {lifecycle}"
         )
 
     print(await _with_pool(settings, act))

@@ -130,6 +130,8 @@ class Run:
     updated_at: datetime
     parent_run_id: str | None = None
     depth: int = 0
+    # Set when the retention dropped the run's event log (record and snapshot stay).
+    events_expired_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:

@@ -375,3 +375,34 @@ class RunNotRetryableError(ConflictError):
 
     def __init__(self, run_id: str, reason: str) -> None:
         super().__init__(f"run {run_id} cannot be retried: {reason}", runId=run_id)
+
+
+class EventsExpiredError(AgentrtError):
+    """The run's event log was dropped by the retention; its record and snapshot remain."""
+
+    status = 410
+    code = "events_expired"
+
+    def __init__(self, run_id: str, expired_at: str) -> None:
+        super().__init__(
+            f"the event log of run {run_id} expired on {expired_at} under the retention "
+            f"policy; GET /api/runs/{run_id}/snapshot still answers with its final state",
+            runId=run_id,
+        )
+
+
+class RunsActiveError(ConflictError):
+    """An erasure refused while runs of what it would erase are in progress."""
+
+    code = "runs_active"
+
+    def __init__(self, what: str, run_ids: list[str], cancelling: bool) -> None:
+        shown = ", ".join(run_ids[:5]) + (" …" if len(run_ids) > 5 else "")
+        hint = (
+            "their cancellation was requested; retry once they have ended"
+            if cancelling
+            else "cancel them first, or retry with ?cancel=true"
+        )
+        super().__init__(
+            f"{what} has runs in progress ({shown}): {hint}", runIds=",".join(run_ids[:20])
+        )

@@ -25,6 +25,7 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.lifecycle.retention import apply_retention
 from server.memory.jobs import MemoryJobs
 from server.memory.store import index_kind, make_embedder, open_memory_store, prune_expired_memories
 from server.observability.metrics import Metrics
@@ -153,7 +154,7 @@ async def open_runtime(
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         housekeeping = (
-            asyncio.create_task(_housekeeping(pool, checkpointer, settings, artifacts))
+            asyncio.create_task(_housekeeping(pool, checkpointer, settings, metrics, artifacts))
             if worker
             else None
         )
@@ -185,9 +186,18 @@ async def open_runtime(
 
 
 async def _housekeeping(
-    pool: Pool, checkpointer: FencedPostgresSaver, settings: Settings, artifacts: Storage
+    pool: Pool,
+    checkpointer: FencedPostgresSaver,
+    settings: Settings,
+    metrics: Metrics,
+    artifacts: Storage,
 ) -> None:
     while True:
+        try:
+            # First: partitions for the coming days exist before events need them.
+            await apply_retention(pool, settings, metrics=metrics)
+        except Exception:
+            log.exception("applying the retention failed; will retry")
         await asyncio.sleep(settings.prune_interval_s)
         try:
             await prune_checkpoints(

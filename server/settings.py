@@ -248,3 +248,12 @@ class Settings(BaseSettings):
     # may start at once.
     subagent_max_depth: int = Field(default=2, ge=0, le=10)
     subagent_max_children: int = Field(default=4, ge=1, le=100)
+    # Data lifecycle (docs/operations.md): installation defaults, which tenants may override.
+    event_retention_days: int = Field(default=30, ge=1)
+    span_retention_days: int = Field(default=14, ge=1)
+    ledger_retention_days: int = Field(default=400, ge=1)
+    audit_retention_days: int = Field(default=730, ge=1)
+    # Daily partitions of the event log and the spans are created this many days ahead.
+    partitions_ahead_days: int = Field(default=7, ge=1, le=90)
+    # How long an erasure asked to cancel its runs waits for them to end before answering 409.
+    erasure_cancel_wait_s: float = Field(default=15.0, ge=0)

@@ -16,6 +16,7 @@ from server.errors import (
     AgentReadOnlyError,
     UnknownAgentError,
 )
+from server.lifecycle import audit
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,26 @@ async def _insert(
     return _version(row)
 
 
+async def _audit(
+    conn: Conn,
+    tenant_id: str,
+    by: str | None,
+    action: str,
+    new: AgentVersion,
+    before: dict[str, Any] | None,
+) -> None:
+    after = new.spec.model_dump(mode="json", by_alias=True, exclude_unset=False)
+    diff = {"version": new.version, "source": new.source, **audit.small_diff(before, after)}
+    await audit.record(
+        conn,
+        tenant_id=tenant_id,
+        actor=by or "agent-files",
+        action=action,
+        target=f"agent:{new.name}",
+        diff=diff if before is not None else {"version": new.version, "source": new.source},
+    )
+
+
 async def create_profile(
     pool: Pool,
     tenant_id: str,
@@ -132,7 +153,9 @@ async def create_profile(
                 "UPDATE agent_profiles SET deleted_at = NULL WHERE tenant_id = %s AND name = %s",
                 (tenant_id, name),
             )
-        return await _insert(conn, tenant_id, name, version, spec, by, source, path)
+        created = await _insert(conn, tenant_id, name, version, spec, by, source, path)
+        await _audit(conn, tenant_id, by, "agent.created", created, None)
+        return created
 
 
 async def update_profile(
@@ -166,18 +189,18 @@ async def update_profile(
         current = _version(latest)
         if current.spec == spec and current.source == source:
             return current, False
-        return await _insert(
-            conn, tenant_id, name, latest["version"] + 1, spec, by, source, path
-        ), True
+        new = await _insert(conn, tenant_id, name, latest["version"] + 1, spec, by, source, path)
+        await _audit(conn, tenant_id, by, "agent.updated", new, latest["spec"])
+        return new, True
 
 
-async def delete_profile(pool: Pool, tenant_id: str, name: str) -> None:
+async def delete_profile(pool: Pool, tenant_id: str, name: str, *, by: str | None = None) -> None:
     """Delete a profile: new runs can no longer name it; its versions stay for the runs.
 
     Raises:
         AgentNotFoundError: no live profile of that name.
     """
-    async with pool.connection() as conn:
+    async with pool.connection() as conn, conn.transaction():
         cur = await conn.execute(
             "UPDATE agent_profiles SET deleted_at = now() WHERE tenant_id = %s AND name = %s"
             " AND deleted_at IS NULL",
@@ -185,6 +208,13 @@ async def delete_profile(pool: Pool, tenant_id: str, name: str) -> None:
         )
         if cur.rowcount == 0:
             raise AgentNotFoundError(name)
+        await audit.record(
+            conn,
+            tenant_id=tenant_id,
+            actor=by or "agent-files",
+            action="agent.deleted",
+            target=f"agent:{name}",
+        )
 
 
 async def list_profiles(pool: Pool, tenant_id: str) -> list[AgentVersion]:

@@ -14,6 +14,7 @@ from server.client.agents import cmd_agents, render_context
 from server.client.artifacts import cmd_artifacts
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
+from server.client.lifecycle import cmd_audit, cmd_conversations, cmd_users
 from server.client.memory import cmd_memory
 from server.client.skills import cmd_skills
 from server.client.tree import load_tree, render_run_tree
@@ -175,4 +176,7 @@ CLIENT_COMMANDS: dict[
     "memory": cmd_memory,
     "artifacts": cmd_artifacts,
     "skills": cmd_skills,
+    "users": cmd_users,
+    "conversations": cmd_conversations,
+    "audit": cmd_audit,
 }

@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from server.client.artifacts import add_artifacts_parser
+from server.client.lifecycle import add_lifecycle_parsers
 from server.client.memory import add_memory_parser
 from server.client.skills import add_skills_parser
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(sub, client)
     add_artifacts_parser(sub, client)
     add_skills_parser(sub, client)
+    add_lifecycle_parsers(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -136,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("migrate", help="apply schema migrations")
     prune = db_sub.add_parser(
         "prune",
-        help="keep only the latest checkpoint of idle conversations; delete expired memories",
+        help="keep only the latest checkpoint of idle conversations; delete expired memories;"
+        " apply the retention (event logs, spans, ledger, audit) and create partitions ahead",
     )
     prune.add_argument("--days", type=float, help="idle for this long (default: the setting)")
     stop = db_sub.add_parser(

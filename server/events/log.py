@@ -323,15 +323,22 @@ def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("errorType", "message")}
 
 
+# The bounds on `ts` let Postgres skip the daily partitions outside the run's lifetime (at
+# execution, from the run's row); a day of margin covers clock skew between hosts.
+_READ = """
+SELECT seq, type, ts, data::text AS data FROM run_events
+WHERE run_id = %(run)s AND seq > %(after)s
+  AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
+  AND ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)
+ORDER BY seq LIMIT %(limit)s
+"""
+
+
 async def read_events(
     conn: Conn, run_id: str, after: int, limit: int
 ) -> list[tuple[int, str, str]]:
     """Return up to `limit` events after `after` as (seq, type, wire JSON), oldest first."""
-    cur = await conn.execute(
-        "SELECT seq, type, ts, data::text AS data FROM run_events"
-        " WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-        (run_id, after, limit),
-    )
+    cur = await conn.execute(_READ, {"run": run_id, "after": after, "limit": limit})
     return [
         (r["seq"], r["type"], encode_event(run_id, r["seq"], r["type"], r["ts"], r["data"]))
         for r in await cur.fetchall()

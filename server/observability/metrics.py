@@ -111,6 +111,12 @@ class Metrics:
             buckets=_LONG,
             registry=r,
         )
+        self.retention_removed = Counter(
+            "agentrt_retention_removed_total",
+            "What the retention job removed, by kind (events, spans, payloads, ledger, audit)",
+            ["kind"],
+            registry=r,
+        )
 
     def observe_model_call(
         self,

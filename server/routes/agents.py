@@ -138,7 +138,7 @@ async def get_agent_versions(name: AgentName, pool: PoolDep, who: PrincipalDep) 
 async def delete_agent(name: AgentName, pool: PoolDep, who: PrincipalDep) -> Response:
     """Delete an agent: new runs can no longer use it; past runs keep their version."""
     _require_admin(who)
-    await delete_profile(pool, who.tenant_id, name)
+    await delete_profile(pool, who.tenant_id, name, by=who.user_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

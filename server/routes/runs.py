@@ -19,7 +19,7 @@ from server.deps import (
     SubagentDep,
 )
 from server.domain import RunStatus
-from server.errors import BadRequestError
+from server.errors import BadRequestError, EventsExpiredError
 from server.events.snapshot import output_text
 from server.events.sse import event_stream
 from server.routes.schemas import (
@@ -107,7 +107,7 @@ def _cursor(request: Request, after: int | None) -> int:
             "description": _STREAM_DESCRIPTION,
             "content": {"text/event-stream": {"schema": sse_frame_schema()}},
         },
-        **errors(400, 404),
+        **errors(400, 404, 410),
     },
 )
 async def get_events(
@@ -125,7 +125,9 @@ async def get_events(
     """Stream the run's events as SSE: replay after the cursor, then live, until the end."""
     cursor = _cursor(request, after)
     async with pool.connection() as conn:
-        await get_run(conn, who, run_id)
+        run = await get_run(conn, who, run_id)
+    if run.events_expired_at is not None:
+        raise EventsExpiredError(run_id, run.events_expired_at.date().isoformat())
     stream = event_stream(
         pool,
         notifier,

@@ -45,6 +45,7 @@ _STATUS_TEXT = {
     429: "Too many runs in progress; retry after `Retry-After` seconds.",
     500: "Unexpected server error; `message` carries a request id for the logs.",
     503: "The database is unavailable (or the server is not ready); retry after `Retry-After`.",
+    410: "Gone: the run's event log expired under the retention policy (its snapshot remains).",
 }
 
 

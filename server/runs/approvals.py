@@ -32,6 +32,7 @@ from server.domain import Run
 from server.errors import ApprovalDecidedError, ApprovalForbiddenError, ApprovalNotFoundError
 from server.events.log import NewEvent, RunHead, append_events
 from server.events.writer import EventWriter
+from server.lifecycle import audit
 from server.runs.records import get_run
 from server.timestamps import iso
 from tools.validation import redact
@@ -344,7 +345,7 @@ async def decide(
         raise ApprovalForbiddenError("deciding approvals needs the reviewer role")
     edited = await check_args(row, args or {}) if decision == "edit" else None
     async with pool.connection() as conn, conn.transaction():
-        return await resolve(
+        decided = await resolve(
             conn,
             approval_id,
             status=STATUS_BY_DECISION[decision],
@@ -352,6 +353,15 @@ async def decide(
             reason=reason,
             edited_args=edited,
         )
+        await audit.record(
+            conn,
+            tenant_id=who.tenant_id,
+            actor=who.user_id,
+            action="approval.decided",
+            target=approval_id,
+            diff={"decision": decision, "tool": row["tool_name"], "runId": row["run_id"]},
+        )
+        return decided
 
 
 async def expire_due(pool: Pool, limit: int = 100) -> int:

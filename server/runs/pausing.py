@@ -16,6 +16,7 @@ from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus, can_pause
 from server.errors import RunFinishedError, RunForbiddenError, RunNotPausedError
 from server.events.log import NewEvent, append_events
+from server.lifecycle import audit
 from server.runs.records import get_run, mark_paused, request_pause_flag, unpause
 
 
@@ -52,6 +53,16 @@ async def request_pause(pool: Pool, who: Principal, run_id: str) -> Run:
                 await append_events(conn, run_id, [event], extra=mark_paused)
             elif can_pause(run.status) and not run.pause_requested:
                 await request_pause_flag(conn, run_id)
+            else:
+                return await get_run(conn, who, run_id)
+            await audit.record(
+                conn,
+                tenant_id=who.tenant_id,
+                actor=who.user_id,
+                action="run.pause_requested",
+                target=run_id,
+                diff={"status": run.status.value},
+            )
         return await get_run(conn, who, run_id)
 
 
@@ -75,5 +86,12 @@ async def request_resume(pool: Pool, who: Principal, run_id: str) -> Run:
             await unpause(conn, run_id)
             await append_events(
                 conn, run_id, [NewEvent(EventType.RUN_RESUMED, {"by": who.user_id})]
+            )
+            await audit.record(
+                conn,
+                tenant_id=who.tenant_id,
+                actor=who.user_id,
+                action="run.resumed",
+                target=run_id,
             )
         return await get_run(conn, who, run_id)

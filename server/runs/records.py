@@ -26,6 +26,7 @@ from server.errors import (
 from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.events.log import NewEvent, RunHead, append_events, head_of, new_head
 from server.ids import new_id
+from server.lifecycle import audit
 from server.runs.conversations import get_conversation
 from server.runs.idempotency import IdempotencyKey, find_response, remember_response
 from server.runs.views import accepted_view
@@ -255,6 +256,14 @@ async def request_cancel(pool: Pool, who: Principal, run_id: str) -> Run:
             async with conn.transaction():
                 run = await get_run(conn, who, run_id, lock=True)
                 await cancel_locked(conn, run_id, run.status, who.user_id)
+                await audit.record(
+                    conn,
+                    tenant_id=who.tenant_id,
+                    actor=who.user_id,
+                    action="run.cancel_requested",
+                    target=run_id,
+                    diff={"status": run.status.value},
+                )
             return await get_run(conn, who, run_id)
 
     return await retry_deadlocks(attempt)
@@ -509,3 +518,29 @@ async def cancel_children(pool: Pool, run_id: str, by: str) -> None:
             await _cancel_children(conn, run_id, by)
 
     await retry_deadlocks(attempt)
+
+
+async def delete_runs(
+    conn: Conn, tenant_id: str, *, conversation_id: str | None = None, user_id: str | None = None
+) -> int:
+    """Delete the runs of a conversation, or of a user, for an erasure; return how many.
+
+    Rows that reference a run go with it (foreign keys cascade); the erasure deletes the large
+    ones (events, spans) itself first, table by table.
+    """
+    assert (conversation_id is None) != (user_id is None)
+    cur = await conn.execute(
+        "DELETE FROM runs WHERE tenant_id = %s AND "
+        + ("conversation_id = %s" if conversation_id is not None else "user_id = %s"),
+        (tenant_id, conversation_id if conversation_id is not None else user_id),
+    )
+    return cur.rowcount
+
+
+async def mark_events_expired(conn: Conn, run_ids: list[str]) -> None:
+    """Record that the retention dropped these runs' event logs (their records stay)."""
+    await conn.execute(
+        "UPDATE runs SET events_expired_at = now() WHERE id = ANY(%s)"
+        " AND events_expired_at IS NULL",
+        (run_ids,),
+    )

@@ -9,6 +9,7 @@ from psycopg.types.json import Jsonb
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.errors import ToolConfigError
+from server.lifecycle import audit
 from tools.config import TenantToolConfig
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
@@ -45,8 +46,14 @@ def check_overlay(config: TenantToolConfig, allowed_hosts: list[str]) -> None:
 
 
 async def store_overlay(pool: Pool, who: Principal, config: TenantToolConfig) -> None:
-    """Store (replace) the tenant's tool config overlay."""
-    async with pool.connection() as conn:
+    """Store (replace) the tenant's tool config overlay; the audit row shows what changed."""
+    after = config.model_dump(mode="json", exclude_unset=True)
+    async with pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "SELECT config FROM tenant_tool_configs WHERE tenant_id = %s FOR UPDATE",
+            (who.tenant_id,),
+        )
+        row = await cur.fetchone()
         await conn.execute(
             "INSERT INTO tenant_tool_configs (tenant_id, config, updated_by) VALUES (%s, %s, %s)"
             " ON CONFLICT (tenant_id) DO UPDATE SET config = EXCLUDED.config,"
@@ -56,6 +63,14 @@ async def store_overlay(pool: Pool, who: Principal, config: TenantToolConfig) ->
                 Jsonb(config.model_dump(mode="json", exclude_unset=True)),
                 who.user_id,
             ),
+        )
+        await audit.record(
+            conn,
+            tenant_id=who.tenant_id,
+            actor=who.user_id,
+            action="tool_config.changed",
+            target=f"tools:{who.tenant_id}",
+            diff=audit.small_diff(row["config"] if row else None, after),
         )
 
 

@@ -89,6 +89,8 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
         "not_retryable",
         {"runId": "run_1"},
     ),
+    (errors.EventsExpiredError("run_1", "2026-01-01"), 410, "events_expired", {"runId": "run_1"}),
+    (errors.RunsActiveError("user u", ["run_1"], False), 409, "runs_active", {"runIds": "run_1"}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
