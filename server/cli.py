@@ -236,8 +236,8 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
         )
         return (
             f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
-            f" deleted {expired} expired memories and {versions} artifact versions past their"
-            f" retention; {lifecycle}"
+            f" deleted {expired} expired memories;"
+            f" deleted {versions} artifact versions past their retention; {lifecycle}"
         )
 
     print(await _with_pool(settings, act))
