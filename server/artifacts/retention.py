@@ -64,6 +64,27 @@ async def _delete(pool: Pool, storage: Storage, query: str, params: Mapping[str,
         total += len(rows)
 
 
+async def _delete_erased(pool: Pool, storage: Storage, batch: int) -> int:
+    """Delete the objects of versions an erasure removed, then their queue rows."""
+    total = 0
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT object_key FROM artifact_objects_erased ORDER BY erased_at LIMIT %s",
+                (batch,),
+            )
+            keys = [r["object_key"] for r in await cur.fetchall()]
+        if not keys:
+            return total
+        for key in keys:
+            await storage.delete(key)
+        async with pool.connection() as conn:
+            await conn.execute(
+                "DELETE FROM artifact_objects_erased WHERE object_key = ANY(%s)", (keys,)
+            )
+        total += len(keys)
+
+
 async def prune_artifacts(
     pool: Pool, storage: Storage, settings: Settings, batch: int = 500
 ) -> int:
@@ -94,6 +115,7 @@ async def _prune(pool: Pool, storage: Storage, settings: Settings, batch: int) -
             total += await _delete(pool, storage, _OLD, params)
     stale = {"keep": STALE_WRITES_DAYS * 86_400, "batch": batch}
     total += await _delete(pool, storage, _STALE, stale)
+    total += await _delete_erased(pool, storage, batch)
     if total:
         log.info("pruned %d artifact versions past their retention", total)
     return total

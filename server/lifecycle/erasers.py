@@ -52,6 +52,14 @@ _BY_CONVERSATION = "DELETE FROM {table} WHERE conversation_id = %(conversation)s
 _BY_USER = "DELETE FROM {table} WHERE tenant_id = %(tenant)s AND user_id = %(user)s"
 
 
+# The rows go now; the stored bytes are deleted by the housekeeping job (`prune_artifacts`).
+_ARTIFACT_VERSIONS = """
+WITH gone AS (DELETE FROM artifact_versions WHERE run_id = %s RETURNING object_key)
+INSERT INTO artifact_objects_erased (object_key) SELECT object_key FROM gone
+ON CONFLICT DO NOTHING
+"""
+
+
 def _run_rows(table: str) -> Eraser:
     return Eraser(table, table, _BY_RUN.format(table=table))
 
@@ -91,6 +99,9 @@ CONVERSATION_ERASERS: tuple[Eraser, ...] = (
         "context_summaries", "context_summaries", _BY_CONVERSATION.format(table="context_summaries")
     ),
     Eraser("messages", "messages", _BY_CONVERSATION.format(table="messages")),
+    # Artifact versions of these runs: their objects are queued for the housekeeping job.
+    Eraser("artifact_versions", "artifact_versions", _ARTIFACT_VERSIONS % "ANY(%(runs)s)"),
+    Eraser("artifacts", "artifacts", _BY_CONVERSATION.format(table="artifacts")),
     Eraser("runs", "runs", custom=_conversation_runs),
     Eraser(
         "conversations",
@@ -118,6 +129,13 @@ USER_ERASERS: tuple[Eraser, ...] = (
     Eraser("model_calls", "model_calls", _BY_USER.format(table="model_calls")),
     Eraser("model_usage_daily", "model_usage_daily", _BY_USER.format(table="model_usage_daily")),
     Eraser("messages", "messages", _BY_USER.format(table="messages")),
+    Eraser(
+        "artifact_versions",
+        "artifact_versions",
+        _ARTIFACT_VERSIONS
+        % "ANY(ARRAY(SELECT id FROM runs WHERE tenant_id = %(tenant)s AND user_id = %(user)s))",
+    ),
+    Eraser("artifacts", "artifacts", _BY_USER.format(table="artifacts")),
     Eraser("runs", "runs", custom=_user_runs),
     Eraser(
         "api_keys_revoked",
