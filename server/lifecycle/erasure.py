@@ -154,9 +154,23 @@ async def _conversation_params(pool: Pool, tenant: str, conversation: str) -> Pa
     }
 
 
+async def _child_conversations(pool: Pool, tenant: str, conversation: str) -> list[str]:
+    """The conversations of the subagent runs this conversation's runs started."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT c.conversation_id FROM runs c JOIN runs p ON c.parent_run_id = p.id"
+            " WHERE p.conversation_id = %s AND p.tenant_id = %s AND c.tenant_id = %s",
+            (conversation, tenant, tenant),
+        )
+        return [r["conversation_id"] for r in await cur.fetchall()]
+
+
 async def _erase_conversation_steps(
     pool: Pool, erasure_id: str, tenant: str, conversation: str, hook: StepHook | None
 ) -> None:
+    # Subagents' conversations first: deleting the parent runs would cut the link to them.
+    for child in await _child_conversations(pool, tenant, conversation):
+        await _erase_conversation_steps(pool, erasure_id, tenant, child, hook)
     for eraser in CONVERSATION_ERASERS:
         # Run ids are read before each step: once `runs` is done they are gone, and so is the
         # need for them (every step that uses them comes before).

@@ -1,4 +1,4 @@
-"""What a subagent writes is listed with its parent's artifacts, and not the other way round."""
+"""A subagent's data belongs to its parent's: listed with its artifacts, erased with it."""
 
 from __future__ import annotations
 
@@ -85,3 +85,32 @@ async def test_a_parent_lists_what_its_subagent_wrote(client: httpx.AsyncClient)
     assert len(children) == 1
     assert await names(client, parent) == ["plan.md", "report.md"]
     assert await names(client, children[0]["runId"]) == ["report.md"]
+
+
+async def test_erasing_the_parents_conversation_erases_its_subagents_too(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    posted = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": "go", "agent": "lead"}
+    )
+    parent = posted.json()["runId"]
+    await wait_for_status(client, parent, "completed", limit_s=120)
+    child = (await client.get(f"/api/runs/{parent}/children")).json()["children"][0]["runId"]
+    child_conv = (await client.get(f"/api/runs/{child}")).json()["conversationId"]
+
+    erased = await client.delete(f"/api/conversations/{conv}")
+
+    assert erased.status_code == 200, erased.text
+    async with pool.connection() as conn:
+        for sql, arg in (
+            ("SELECT count(*) AS n FROM runs WHERE id = ANY(%s)", [parent, child]),
+            ("SELECT count(*) AS n FROM conversations WHERE id = ANY(%s)", [conv, child_conv]),
+            ("SELECT count(*) AS n FROM messages WHERE conversation_id = ANY(%s)", [child_conv]),
+            ("SELECT count(*) AS n FROM run_events WHERE run_id = ANY(%s)", [child]),
+            ("SELECT count(*) AS n FROM checkpoints WHERE thread_id = ANY(%s)", [child_conv]),
+            ("SELECT count(*) AS n FROM artifacts WHERE conversation_id = ANY(%s)", [child_conv]),
+        ):
+            cur = await conn.execute(sql, (arg,))
+            row = await cur.fetchone()
+            assert row is not None and row["n"] == 0, sql
