@@ -48,6 +48,21 @@ def _event(row: dict[str, Any]) -> str:
     return f'{{"kind":"event","event":{wire}}}'
 
 
+def _artifact_link(row: dict[str, Any]) -> dict[str, Any]:
+    """A version of an artifact: its record and where its content is, not the content."""
+    return {
+        "artifactId": row["id"],
+        "name": row["name"],
+        "version": row["version"],
+        "runId": row["run_id"],
+        "mediaType": row["media_type"],
+        "size": row["size"],
+        "checksum": row["checksum"],
+        "createdAt": row["created_at"],
+        "link": f"/api/artifacts/{row['id']}/content?version={row['version']}",
+    }
+
+
 SECTIONS: tuple[Section, ...] = (
     Section(
         "message",
@@ -76,9 +91,18 @@ SECTIONS: tuple[Section, ...] = (
         " ORDER BY m.created_at, m.id",
         lambda r: _line("usage", call_view(r)),
     ),
+    Section(
+        "artifact",
+        "SELECT a.id, a.name, v.version, v.run_id, v.media_type,"
+        " v.size, v.checksum, v.created_at FROM artifacts a"
+        " JOIN artifact_versions v ON v.artifact_id = a.id AND v.status = 'ready'"
+        " WHERE a.conversation_id = %(conversation)s AND a.tenant_id = %(tenant)s"
+        " ORDER BY a.created_at, a.id, v.version",
+        lambda r: _line("artifact", _artifact_link(r)),
+    ),
 )
-"""What an export holds, in order. A feature with rows of a conversation (artifact links,
-say) adds its section here."""
+"""What an export holds, in order. A feature with rows of a conversation adds its section
+here; artifacts are links (their content is served by the artifacts API)."""
 
 
 async def open_export(pool: Pool, who: Principal, conversation_id: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Erasing a conversation erases its artifacts: the records at once, the stored bytes next."""
+"""A conversation's artifacts in its erasure (records at once, bytes next) and its export."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -76,3 +77,22 @@ async def test_an_erased_conversations_artifacts_leave_the_database_and_the_stor
     await prune_artifacts(pool, storage, settings)
     assert not storage.path_of(keys[0]).exists()
     assert await count(pool, "SELECT count(*) AS n FROM artifact_objects_erased") == 0
+
+
+async def test_an_export_links_the_conversations_artifacts(
+    app: tuple[FastAPI, httpx.AsyncClient],
+) -> None:
+    _, client = app
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    posted = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": "go", "model": "scripted:writer"}
+    )
+    await wait_for_status(client, posted.json()["runId"], "completed", limit_s=120)
+    exported = await client.get(f"/api/conversations/{conv}/export")
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    links = [line for line in lines if line["kind"] == "artifact"]
+    assert [(a["name"], a["version"], a["mediaType"]) for a in links] == [
+        ("notes.md", 1, "text/markdown")
+    ]
+    content = await client.get(links[0]["link"])
+    assert content.text == "# Private notes\n"
