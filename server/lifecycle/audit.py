@@ -32,6 +32,9 @@ ACTIONS = (
     "run.resumed",
     "retention.changed",
     "data.erased",
+    "skill.uploaded",
+    "skill.enabled",
+    "skill.disabled",
 )
 """Every action the audit log records (docs/operations.md lists them with their targets)."""
 

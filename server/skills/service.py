@@ -8,6 +8,7 @@ from typing import Any
 from server.auth import Principal
 from server.db.pool import Pool
 from server.errors import InvalidSkillError, SkillForbiddenError, SkillNotFoundError
+from server.lifecycle import audit
 from server.skills.store import (
     add_version,
     current_skill,
@@ -71,10 +72,19 @@ class SkillService:
             skill = parse_skill(skill_md, resources)
         except SkillFormatError as exc:
             raise InvalidSkillError(str(exc)) from exc
-        async with self.pool.connection() as conn:
+        async with self.pool.connection() as conn, conn.transaction():
             version, created = await add_version(
                 conn, self.who.tenant_id, skill, "upload", self.who.user_id
             )
+            if created:
+                await audit.record(
+                    conn,
+                    tenant_id=self.who.tenant_id,
+                    actor=self.who.user_id,
+                    action="skill.uploaded",
+                    target=f"skill:{skill.name}",
+                    diff={"version": version, "resources": sorted(resources)},
+                )
             for stored in await skill_versions(conn, self.who.tenant_id, skill.name):
                 if stored.entry.version == version:
                     return stored.view(full=True), created
@@ -97,14 +107,23 @@ class SkillService:
                 raise SkillNotFoundError(
                     f"skill {name!r} has no version {version}; its versions: {known}"
                 )
-            await set_choice(
-                conn,
-                self.who.tenant_id,
-                name,
-                enabled=enabled,
-                pinned=version if enabled else versions[0].pinned_version,
-                by=self.who.user_id,
-            )
+            async with conn.transaction():
+                await set_choice(
+                    conn,
+                    self.who.tenant_id,
+                    name,
+                    enabled=enabled,
+                    pinned=version if enabled else versions[0].pinned_version,
+                    by=self.who.user_id,
+                )
+                await audit.record(
+                    conn,
+                    tenant_id=self.who.tenant_id,
+                    actor=self.who.user_id,
+                    action="skill.enabled" if enabled else "skill.disabled",
+                    target=f"skill:{name}",
+                    diff={"pinnedVersion": version} if enabled else {},
+                )
             return (await current_skill(conn, self.who.tenant_id, name)).view()
 
     async def versions(self, name: str) -> dict[str, Any]:

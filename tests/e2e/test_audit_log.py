@@ -177,6 +177,16 @@ async def test_configuration_changes_leave_one_row_each_without_secrets(
     (retention,) = await audit_rows(pool, "retention.changed", "retention:acme")
     assert retention["diff"] == {"eventsDays": {"from": None, "to": 3}}
 
+    skill_md = "---\nname: house-style\ndescription: Write in the house style.\n---\nBe plain.\n"
+    for _ in range(2):  # the same content again is no new version, and no new row
+        answer = await c.post("/api/skills", json={"skillMd": skill_md}, headers=env.admin)
+        assert answer.status_code in (200, 201), answer.text
+    assert (await c.post("/api/skills/house-style/disable", headers=env.admin)).status_code == 200
+    enabled = await c.post("/api/skills/house-style/enable", json={"version": 1}, headers=env.admin)
+    assert enabled.status_code == 200, enabled.text
+    for action in ("skill.uploaded", "skill.disabled", "skill.enabled"):
+        assert len(await audit_rows(pool, action, "skill:house-style")) == 1, action
+
 
 async def test_the_audit_log_is_read_by_admins_of_their_tenant_and_operators(env: Env) -> None:
     c = env.client
