@@ -40,6 +40,8 @@ class EventType(StrEnum):
     MODEL_FALLBACK = "model.fallback"
     CONTEXT_BUILT = "context.built"
     MEMORY_UPDATED = "memory.updated"
+    GRAPH_CHUNK = "graph.chunk"
+    GRAPH_INTERRUPTED = "graph.interrupted"
 
 
 E = EventType
@@ -336,6 +338,20 @@ class MemoryUpdated(TypedDict):
 
 
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
+class GraphChunk(TypedDict):
+    """`graph.chunk`: one part of a LangGraph stream of a run started through its API."""
+
+    mode: str
+    ns: str
+    data: Any
+
+
+class GraphInterrupted(TypedDict):
+    """`graph.interrupted`: the graph stopped on these interrupts; the run ends with them."""
+
+    interrupts: list[dict[str, Any]]
+
+
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
     E.RUN_STARTED: RunStarted,
@@ -360,6 +376,8 @@ PAYLOADS: dict[EventType, type] = {
     E.MODEL_FALLBACK: ModelFallback,
     E.CONTEXT_BUILT: ContextBuilt,
     E.MEMORY_UPDATED: MemoryUpdated,
+    E.GRAPH_CHUNK: GraphChunk,
+    E.GRAPH_INTERRUPTED: GraphInterrupted,
 }
 
 

@@ -17,6 +17,7 @@ from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.events.sse import Feeds
+from server.langgraph_api.service import LangGraphService
 from server.memory.service import MemoryService
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
@@ -125,3 +126,21 @@ async def get_memory_service(request: Request, who: PrincipalDep) -> MemoryServi
 
 ServiceDep = Annotated[RunService, Depends(get_service)]
 MemoryDep = Annotated[MemoryService, Depends(get_memory_service)]
+
+
+async def get_langgraph(request: Request, who: PrincipalDep) -> LangGraphService:
+    """Return the LangGraph API's service for the caller (docs/langgraph.md)."""
+    state = request.app.state
+    runtime = state.runtime
+    return LangGraphService(
+        state.pool,
+        runtime.graphs,
+        state.notifier,
+        state.settings,
+        who,
+        runtime.stopping,
+        runtime.store,
+    )
+
+
+LangGraphDep = Annotated[LangGraphService, Depends(get_langgraph)]

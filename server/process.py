@@ -23,6 +23,7 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.langgraph_api.graphs import GraphRegistry, load_graphs
 from server.memory.jobs import MemoryJobs
 from server.memory.store import index_kind, make_embedder, open_memory_store
 from server.observability.metrics import Metrics
@@ -51,6 +52,7 @@ class Runtime:
     metrics: Metrics
     store: AsyncPostgresStore | None = None
     memory_jobs: MemoryJobs | None = None
+    graphs: GraphRegistry = field(default_factory=GraphRegistry)
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -123,6 +125,9 @@ async def open_runtime(
             raise StartupError(str(exc)) from exc
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
         graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
+        graphs = load_graphs(
+            settings.langgraph_config, checkpointer=checkpointer, store=store, own_graph=graph
+        )
         notifier = Notifier(url)
         async with waiting("the notification listener"):
             await notifier.start()
@@ -130,7 +135,7 @@ async def open_runtime(
         worker = None
         memory_jobs = None
         if run_workers:
-            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics)
+            deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics, graphs)
             worker = Worker(deps, notifier)
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
@@ -159,6 +164,7 @@ async def open_runtime(
                 metrics,
                 store=store,
                 memory_jobs=memory_jobs,
+                graphs=graphs,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:

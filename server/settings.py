@@ -206,3 +206,18 @@ class Settings(BaseSettings):
     redact_fields: list[str] = ["password", "api_key", "apikey", "token", "secret", "authorization"]
     # Worker processes (`agentrt worker`) serve /metrics on this port when set.
     metrics_port: int | None = None
+
+    # The LangGraph Agent Server API (docs/langgraph.md): the graphs of this `langgraph.json`
+    # run beside agentrt's own agent; None loads none. Browser origins allowed by CORS.
+    langgraph_config: Path | None = Path("langgraph.json")
+    cors_origins: Annotated[list[str], NoDecode] = []
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value

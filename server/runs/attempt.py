@@ -31,6 +31,7 @@ from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
+from server.langgraph_api.graphs import GraphRegistry
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.approvals import resume_command
@@ -55,6 +56,8 @@ class ExecutorDeps:
     settings: Settings
     tracing: Tracing
     metrics: Metrics
+    # The graphs of langgraph.json, for runs started through the LangGraph API.
+    graphs: GraphRegistry | None = None
 
 
 @dataclass

@@ -1,0 +1,60 @@
+"""LangGraph API: the store, and the server's `/ok` and `/info` (docs/langgraph.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Response
+
+from server.deps import LangGraphDep
+
+router = APIRouter(tags=["langgraph: store"])
+JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+
+
+@router.put("/store/items", status_code=204)
+async def put_item(lg: LangGraphDep, body: JsonBody) -> Response:
+    """Store an item (`namespace`, `key`, `value`, `index`)."""
+    await lg.store.put(body)
+    return Response(status_code=204)
+
+
+@router.get("/store/items")
+async def get_item(lg: LangGraphDep, namespace: str, key: str) -> dict[str, Any]:
+    """Return an item; `namespace` is dot-joined."""
+    return await lg.store.get(namespace, key)
+
+
+@router.delete("/store/items", status_code=204)
+async def delete_item(lg: LangGraphDep, body: JsonBody) -> Response:
+    """Delete an item."""
+    await lg.store.delete(body)
+    return Response(status_code=204)
+
+
+@router.post("/store/items/search")
+async def search_items(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+    """Search items under `namespace_prefix` by `filter` and `query` (semantic)."""
+    return await lg.store.search(body)
+
+
+@router.post("/store/namespaces")
+async def namespaces(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+    """List namespaces."""
+    return await lg.store.namespaces(body)
+
+
+@router.get("/ok")
+async def ok() -> dict[str, bool]:
+    """Say the server is up."""
+    return {"ok": True}
+
+
+@router.get("/info")
+async def info(lg: LangGraphDep) -> dict[str, Any]:
+    """Describe the server to LangGraph clients."""
+    return {
+        "version": "agentrt",
+        "flags": {"assistants": True, "crons": False, "langsmith": False},
+        "graphs": sorted(lg.graphs.entries),
+    }

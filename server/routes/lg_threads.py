@@ -1,0 +1,110 @@
+"""LangGraph API: threads, their state and history (docs/langgraph.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Response
+
+from server.deps import LangGraphDep
+from server.langgraph_api.threads import state_view
+
+router = APIRouter(tags=["langgraph: threads"])
+JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+
+
+@router.post("/threads")
+async def create(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+    """Create a thread (`thread_id`, `metadata`, `if_exists`: raise | do_nothing)."""
+    return await lg.threads.create(
+        body.get("thread_id"), dict(body.get("metadata") or {}), body.get("if_exists") or "raise"
+    )
+
+
+@router.post("/threads/search")
+async def search(lg: LangGraphDep, body: JsonBody) -> list[dict[str, Any]]:
+    """Search the caller's threads by `metadata`, `ids` and `status`."""
+    found: list[dict[str, Any]] = await lg.threads.search(body)
+    return found
+
+
+@router.post("/threads/count")
+async def count(lg: LangGraphDep, body: JsonBody) -> int:
+    """Count the caller's threads a search would return."""
+    found: int = await lg.threads.search(body, count=True)
+    return found
+
+
+@router.get("/threads/{thread_id}")
+async def get(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
+    """Return a thread with its status, values and pending interrupts."""
+    return await lg.threads.get(thread_id)
+
+
+@router.patch("/threads/{thread_id}")
+async def update(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dict[str, Any]:
+    """Merge `metadata` into the thread's."""
+    return await lg.threads.update(thread_id, dict(body.get("metadata") or {}))
+
+
+@router.delete("/threads/{thread_id}", status_code=204)
+async def delete(lg: LangGraphDep, thread_id: str) -> Response:
+    """Delete the thread, its runs and its checkpoints."""
+    await lg.threads.delete(thread_id)
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/copy")
+async def copy(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
+    """Copy the thread and its checkpoints to a new thread."""
+    return await lg.threads.copy(thread_id)
+
+
+async def _state(
+    lg: LangGraphDep, thread_id: str, checkpoint: dict[str, Any] | None, subgraphs: bool
+) -> dict[str, Any]:
+    state = await lg.threads.state(thread_id, checkpoint, subgraphs=subgraphs)
+    if state is None:
+        empty: dict[str, Any] = {"values": {}, "next": [], "tasks": [], "interrupts": []}
+        return {**empty, "checkpoint": None, "metadata": None, "created_at": None}
+    return state_view(state)
+
+
+@router.get("/threads/{thread_id}/state")
+async def get_state(lg: LangGraphDep, thread_id: str, subgraphs: bool = False) -> dict[str, Any]:
+    """Return the thread's latest state."""
+    return await _state(lg, thread_id, None, subgraphs)
+
+
+@router.get("/threads/{thread_id}/state/{checkpoint_id}")
+async def get_state_at(
+    lg: LangGraphDep, thread_id: str, checkpoint_id: str, subgraphs: bool = False
+) -> dict[str, Any]:
+    """Return the thread's state at a checkpoint."""
+    return await _state(lg, thread_id, {"checkpoint_id": checkpoint_id}, subgraphs)
+
+
+@router.post("/threads/{thread_id}/state/checkpoint")
+async def post_state_at(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dict[str, Any]:
+    """Return the thread's state at `checkpoint`."""
+    return await _state(lg, thread_id, body.get("checkpoint"), bool(body.get("subgraphs")))
+
+
+@router.post("/threads/{thread_id}/state")
+async def update_state(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dict[str, Any]:
+    """Write `values` to the thread's state as node `as_node`."""
+    return await lg.threads.update_state(thread_id, body)
+
+
+@router.post("/threads/{thread_id}/history")
+async def history(lg: LangGraphDep, thread_id: str, body: JsonBody) -> list[dict[str, Any]]:
+    """Return the thread's states, newest first."""
+    return await lg.threads.history(thread_id, body)
+
+
+@router.get("/threads/{thread_id}/history")
+async def get_history(
+    lg: LangGraphDep, thread_id: str, limit: int = 10, before: str | None = None
+) -> list[dict[str, Any]]:
+    """Return the thread's states, newest first."""
+    return await lg.threads.history(thread_id, {"limit": limit, "before": before})
