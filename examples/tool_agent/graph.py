@@ -2,13 +2,13 @@
 
 A `StateGraph` whose model node calls an OpenAI chat model with tools, a prebuilt `ToolNode`
 that runs them, and a state key of its own (`tool_rounds`). `book_table` asks a human first
-with `interrupt()`; `check_weather` reports progress on the custom stream. The model is
-`EXAMPLE_MODEL` (default `gpt-4o-mini`) at `OPENAI_BASE_URL` with `OPENAI_API_KEY`.
+with `interrupt()`; `check_weather` reports progress on the custom stream. The model is the run
+context's `model` (default `gpt-4o-mini`) at `OPENAI_BASE_URL` with `OPENAI_API_KEY`.
 """
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AnyMessage, SystemMessage
@@ -18,7 +18,15 @@ from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
+
+
+@dataclass
+class Context:
+    """What a run may choose: the chat model."""
+
+    model: str = "gpt-4o-mini"
 
 
 class State(TypedDict):
@@ -47,9 +55,10 @@ def book_table(restaurant: str, people: int) -> str:
 TOOLS = [check_weather, book_table]
 
 
-async def call_model(state: State) -> dict[str, Any]:
+async def call_model(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """Ask the model for the next step."""
-    model = ChatOpenAI(model=os.environ.get("EXAMPLE_MODEL", "gpt-4o-mini")).bind_tools(TOOLS)
+    name = runtime.context.model if runtime.context else Context.model
+    model = ChatOpenAI(model=name).bind_tools(TOOLS)
     prompt = SystemMessage("You help plan an evening out. Use the tools.")
     response = await model.ainvoke([prompt, *state["messages"]])
     rounds = state.get("tool_rounds", 0) + (1 if response.tool_calls else 0)
@@ -62,7 +71,7 @@ def route_after_model(state: State) -> str:
     return "tools" if getattr(last, "tool_calls", None) else END
 
 
-builder = StateGraph(State)
+builder = StateGraph(State, context_schema=Context)
 builder.add_node("agent", call_model)
 builder.add_node("tools", ToolNode(TOOLS))
 builder.add_edge(START, "agent")

@@ -28,6 +28,7 @@ def sse(event: str, data: object, seq: int | None = None) -> str:
 
 def stored_modes(api_modes: Collection[str] | None) -> set[str] | None:
     """Return the stored chunk modes that serve the API modes asked for (None: all)."""
+    api_modes = [m for m in api_modes or () if m]  # the SDK sends `stream_mode=` for none
     if not api_modes:
         return None
     return {API_MODES[m] for m in api_modes if m in API_MODES}

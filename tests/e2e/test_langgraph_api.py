@@ -37,7 +37,9 @@ WEATHER = [
 BOOKING = [
     Reply(
         text="",
-        tool_calls=[FakeToolCall("book_table", {"restaurant": "Maaemo", "people": 2}, id="call_b1")],
+        tool_calls=[
+            FakeToolCall("book_table", {"restaurant": "Maaemo", "people": 2}, id="call_b1")
+        ],
     ),
     Reply(text="Your table is booked."),
 ]
