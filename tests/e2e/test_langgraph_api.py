@@ -7,17 +7,12 @@ the same mode and the same scripted model, apart from ids and timestamps.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 

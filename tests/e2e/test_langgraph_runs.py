@@ -91,7 +91,9 @@ def client(url: str) -> LangGraphClient:
 
 async def status_becomes(client: LangGraphClient, thread_id: str, run_id: str, want: str) -> None:
     async with asyncio.timeout(SLOW_S):
-        while (await client.runs.get(thread_id, run_id))["status"] != want:
+        while True:
+            if (await client.runs.get(thread_id, run_id))["status"] == want:
+                return
             await asyncio.sleep(0.05)
 
 
