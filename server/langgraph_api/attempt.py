@@ -57,11 +57,14 @@ class GraphAttempt(Attempt):
         thread["configurable"].pop("checkpoint_id", None)
         latest = await graph.aget_state(thread)
         graph_input: GraphInput
+        # Resuming streams the checkpoint's values again; the log has them from before the crash.
+        replayed: Any = None
         if (latest.metadata or {}).get("run_id") == self.run.id:
             # An earlier attempt of this run checkpointed: continue from there.
             if latest.interrupts or (not latest.next and not latest.tasks):
                 return latest.interrupts
             graph_input, config = None, {**config, "configurable": thread["configurable"]}
+            replayed = to_json(latest.values)
         else:
             # `rollback`: the runs it interrupted (all finished by now) leave no checkpoint.
             await delete_run_checkpoints(
@@ -90,6 +93,10 @@ class GraphAttempt(Attempt):
         ):
             if entry.own and not ns:
                 self.projector.handle(mode, chunk)
+            if mode == "values" and not ns and replayed is not None:
+                seen, replayed = replayed, None
+                if to_json(chunk) == seen:
+                    continue
             if mode in modes and (subgraphs or not ns):
                 data = {"mode": mode, "ns": "|".join(ns), "data": to_json(chunk)}
                 self.emit(EventType.GRAPH_CHUNK, data)
