@@ -72,6 +72,13 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidRequestError("args.x: required"), 422, "invalid_request", {}),
     (errors.TooLargeError("content has 9 characters; the limit is 8"), 413, "too_large", {}),
     (errors.TooManyRunsError(2, 2), 429, "too_many_runs", {}),
+    (errors.AssistantNotFoundError("a1"), 404, "not_found", {}),
+    (errors.ThreadNotFoundError("t1"), 404, "not_found", {}),
+    (errors.LangGraphItemNotFoundError("run r1 not found"), 404, "not_found", {}),
+    (errors.ThreadExistsError("t1"), 409, "thread_exists", {}),
+    (errors.ThreadBusyError("t1", "run_1"), 409, "thread_busy", {"runId": "run_1"}),
+    (errors.UnknownGraphError("g"), 422, "unknown_graph", {}),
+    (errors.InvalidGraphRequestError("send input or command"), 422, "invalid_graph_request", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
