@@ -20,6 +20,7 @@ from server.routes import (
     conversations,
     health,
     lg_assistants,
+    lg_crons,
     lg_runs,
     lg_store,
     lg_threads,
@@ -126,6 +127,7 @@ def create_app(
         memory_routes.router,
         lg_assistants.router,
         lg_threads.router,
+        lg_crons.router,
         lg_runs.router,
         lg_store.router,
     ):

@@ -24,6 +24,7 @@ from server.db.pool import Pool, database_url, migrate, migration_lock, open_poo
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
 from server.langgraph_api.graphs import GraphRegistry, load_graphs
+from server.langgraph_api.jobs import LangGraphJobs
 from server.memory.jobs import MemoryJobs
 from server.memory.store import index_kind, make_embedder, open_memory_store
 from server.observability.metrics import Metrics
@@ -134,12 +135,15 @@ async def open_runtime(
         tracing.start()
         worker = None
         memory_jobs = None
+        graph_jobs = None
         if run_workers:
             deps = ExecutorDeps(pool, graph, models, tools, settings, tracing, metrics, graphs)
             worker = Worker(deps, notifier)
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
             await memory_jobs.start()
+            graph_jobs = LangGraphJobs(pool, graphs, notifier, settings)
+            await graph_jobs.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
             redact_url(url),
@@ -173,6 +177,8 @@ async def open_runtime(
                 await asyncio.gather(housekeeping, return_exceptions=True)
             if memory_jobs is not None:
                 await memory_jobs.stop()
+            if graph_jobs is not None:
+                await graph_jobs.stop()
             if worker is not None:
                 await worker.stop()
             await tracing.stop()

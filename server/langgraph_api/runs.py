@@ -33,6 +33,7 @@ from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
 from server.langgraph_api.threads import ThreadKeeper
+from server.langgraph_api.webhooks import add_webhook, check_url
 from server.runs.records import create_run, delete_finished_run, request_cancel
 from server.settings import Settings
 from server.timestamps import iso
@@ -128,6 +129,8 @@ class LangGraphRuns:
             raise InvalidGraphRequestError(
                 f"stream modes {unknown} are not served; use any of {sorted(API_MODES)}"
             )
+        if body.get("webhook"):
+            check_url(str(body["webhook"]))
         strategy = body.get("multitask_strategy") or "enqueue"
         if strategy not in ("reject", "interrupt", "rollback", "enqueue"):
             raise InvalidGraphRequestError(f"unknown multitask_strategy {strategy!r}")
@@ -158,6 +161,8 @@ class LangGraphRuns:
             )
         except ConversationBusyError as exc:
             raise ThreadBusyError(thread_id, exc.run_id) from exc
+        if body.get("webhook"):
+            await add_webhook(self.pool, run.id, body["webhook"])
         return run_view(run)
 
     async def _ensure_thread(self, thread_id: str, metadata: dict[str, Any], missing: str) -> None:

@@ -14,6 +14,7 @@ from server.auth import Principal
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
+from server.langgraph_api.crons import CronBook
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.runs import LangGraphRuns
 from server.langgraph_api.store import StoreGate
@@ -43,6 +44,11 @@ class LangGraphService:
     def runs(self) -> LangGraphRuns:
         """The caller's runs."""
         return LangGraphRuns(self.pool, self.graphs, self.notifier, self.settings, self.who)
+
+    @property
+    def crons(self) -> CronBook:
+        """The caller's crons."""
+        return CronBook(self.pool, self.graphs, self.who)
 
     @property
     def store(self) -> StoreGate:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request, Response
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
@@ -315,3 +316,36 @@ async def test_thread_search_count_copy_and_if_exists(client: LangGraphClient) -
     assert await client.threads.count(metadata={"team": "blue"}) == 1
     copied = await client.threads.copy(thread["thread_id"])
     assert copied["metadata"]["team"] == "blue"
+
+
+async def test_a_webhook_is_retried_until_delivered(
+    client: LangGraphClient, fake: FakeOpenAI, settings: Settings
+) -> None:
+    received: list[dict[str, Any]] = []
+    arrived = asyncio.Event()
+    receiver = FastAPI()
+    receiver.state.settings = settings
+
+    @receiver.post("/hook")
+    async def hook(request: Request) -> Response:
+        received.append(await request.json())
+        arrived.set()
+        return Response(status_code=503 if len(received) == 1 else 204)
+
+    fake.script("m-hook", Reply(text="done"))
+    async with serve(receiver) as hook_url:
+        tid = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(
+            tid,
+            "tool_agent",
+            input=ask("hello"),
+            context={"model": "m-hook"},
+            webhook=f"{hook_url}/hook",
+        )
+        async with asyncio.timeout(SLOW_S):
+            while len(received) < 2:
+                arrived.clear()
+                await arrived.wait()
+    assert [r["run_id"] for r in received] == [run["run_id"]] * 2
+    assert received[-1]["status"] == "success"
+    assert texts(received[-1]["values"]) == ["hello", "done"]

@@ -1,4 +1,7 @@
-"""A graph of langgraph.json survives `kill -9` of its worker and streams what it would in-process.
+"""LangGraph API runs in worker processes: `kill -9` recovery, and crons claimed once.
+
+A graph of langgraph.json survives `kill -9` of its worker and streams what it would
+in-process; a cron polled by two workers starts one run per due time.
 
 The API runs in the test process without workers; runs execute in `agentrt worker` processes
 that reach the fake OpenAI server of this process.
@@ -18,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_sdk import get_client
 
 from server.app import create_app
+from server.db.pool import Pool
 from server.langgraph_api.serde import to_json
 from server.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
@@ -85,6 +89,12 @@ def _owns(worker: WorkerProcess, record: dict[str, Any]) -> bool:
     return f":{worker.proc.pid}:" in (record.get("leaseOwner") or "")
 
 
+def worker_env_for(database_url: str, fake: FakeOpenAI) -> dict[str, str]:
+    env = worker_env(database_url, langgraph_config=str(ROOT / "langgraph.json"), **WORKER_SETTINGS)
+    env.update(OPENAI_BASE_URL=f"{fake.url}/v1", OPENAI_API_KEY="test-key")
+    return env
+
+
 async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_stream(
     url: str, fake: FakeOpenAI, database_url: str
 ) -> None:
@@ -93,14 +103,11 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     fake.reset()
     # The killed worker's model call never answers; its successor gets the answer.
     fake.script(MODEL, CALL, Reply(text="never", delay_s=60), ANSWER)
-    env = worker_env(
-        database_url,
-        langgraph_config=str(ROOT / "langgraph.json"),
-        **WORKER_SETTINGS,
-    )
-    env.update(OPENAI_BASE_URL=f"{fake.url}/v1", OPENAI_API_KEY="test-key")
     client = get_client(url=url)
-    async with workers(env, 2) as (a, b), httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        workers(worker_env_for(database_url, fake), 2) as (a, b),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         tid = (await client.threads.create())["thread_id"]
         run = await client.runs.create(
             tid, "tool_agent", input=graph_input, stream_mode=MODES, context={"model": MODEL}
@@ -118,3 +125,45 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     assert events.count("event: run.started") == 2 and "lease expired" in events
     assert parts[0].event == "metadata"
     assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected)
+
+
+async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
+    url: str, fake: FakeOpenAI, database_url: str, pool: Pool
+) -> None:
+    fake.script("m-cron", *[Reply(text=f"tick {n}") for n in range(40)])
+    client = get_client(url=url)
+    async with workers(worker_env_for(database_url, fake), 2) as (a, b):
+        cron = await client.crons.create(
+            "tool_agent",
+            schedule="* * * * * */2",  # every 2 s (seconds last)
+            input={"messages": [{"role": "user", "content": "tick"}]},
+            context={"model": "m-cron"},
+        )
+        async with asyncio.timeout(SLOW_S):
+            while len(await _firings(pool, cron["cron_id"])) < 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+        await client.crons.update(cron["cron_id"], enabled=False)
+        async with asyncio.timeout(SLOW_S):  # a firing claimed before that gets its run
+            while None in (await _firings(pool, cron["cron_id"])).values():  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+        firings = await _firings(pool, cron["cron_id"])
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM runs WHERE options -> 'langgraph' -> 'metadata' ->> 'cron_id' = %s",
+                (cron["cron_id"],),
+            )
+            runs = [r["id"] for r in await cur.fetchall()]
+        output = "\n".join(a.output + b.output)
+    assert sorted(runs) == sorted(firings.values())
+    due = sorted(firings)
+    gaps = {(later - earlier).total_seconds() for earlier, later in zip(due, due[1:])}
+    assert len(due) >= 4 and gaps <= {2.0}, due
+    assert "a poll failed" not in output and "could not be created" not in output
+
+
+async def _firings(pool: Pool, cron_id: str) -> dict[Any, str | None]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT due_at, run_id FROM lg_cron_firings WHERE cron_id = %s", (cron_id,)
+        )
+        return {r["due_at"]: r["run_id"] for r in await cur.fetchall()}
