@@ -10,6 +10,7 @@ that reach the fake OpenAI server of this process.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -156,7 +157,7 @@ async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
         output = "\n".join(a.output + b.output)
     assert sorted(runs) == sorted(firings.values())
     due = sorted(firings)
-    gaps = {(later - earlier).total_seconds() for earlier, later in zip(due, due[1:])}
+    gaps = {(later - earlier).total_seconds() for earlier, later in itertools.pairwise(due)}
     assert len(due) >= 4 and gaps <= {2.0}, due
     assert "a poll failed" not in output and "could not be created" not in output
 
