@@ -17,13 +17,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
 from graphs.events import EventType
+from nodes.models.usage import RunTotals, UsageMeter
 from server.agents.store import run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
+from server.langgraph_api.usage import UsageCallbackHandler
 from server.runs.attempt import Attempt, GraphInput
+from server.usage.budgets import run_budget
 
 # LangGraph API mode names -> the modes of `graph.astream` that produce them.
 API_MODES = {
@@ -51,6 +54,8 @@ class GraphAttempt(Attempt):
         entry = registry.get(params["graph_id"]) if registry is not None else None
         if registry is None or entry is None:
             raise UnknownGraphError(params["graph_id"])
+        if not entry.own:  # the own agent's model caller meters its calls itself
+            callbacks = [*callbacks, self._usage_handler()]
         config = self._graph_config(callbacks, params)
         graph = await registry.compiled(entry, config)
         thread: RunnableConfig = {"configurable": dict(config["configurable"])}
@@ -104,6 +109,11 @@ class GraphAttempt(Attempt):
         if interrupts:
             self.emit(EventType.GRAPH_INTERRUPTED, {"interrupts": to_json(list(interrupts))})
         return ()
+
+    def _usage_handler(self) -> UsageCallbackHandler:
+        budget = run_budget(self.run.options, self.deps.settings)
+        meter = UsageMeter(self.deps.models.pricer, budget, RunTotals.from_json(self.run.usage))
+        return UsageCallbackHandler(meter, self.emit, self.run.attempt)
 
     def _input(self, params: dict[str, Any]) -> GraphInput:
         command = params.get("command")

@@ -349,3 +349,19 @@ async def test_a_webhook_is_retried_until_delivered(
     assert [r["run_id"] for r in received] == [run["run_id"]] * 2
     assert received[-1]["status"] == "success"
     assert texts(received[-1]["values"]) == ["hello", "done"]
+
+
+async def test_a_graphs_model_calls_reach_the_usage_ledger_and_the_native_api(
+    client: LangGraphClient, fake: FakeOpenAI, url: str
+) -> None:
+    fake.script("gpt-4o-mini", *WEATHER)
+    tid = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(tid, "tool_agent", input=ask("weather?"))
+    await client.runs.join(tid, run["run_id"])
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        usage = (await http.get(f"/api/runs/{run['run_id']}/usage")).json()
+        native = (await http.get(f"/api/runs/{run['run_id']}")).json()
+    assert usage["totals"]["modelCalls"] == 2 and usage["totals"]["inputTokens"] > 0
+    assert [c["modelId"] for c in usage["calls"]] == ["openai:gpt-4o-mini"] * 2
+    assert usage["calls"][0]["cost"] is not None
+    assert native["conversationId"] == tid and native["status"] == "completed"
