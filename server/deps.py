@@ -17,6 +17,7 @@ from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.events.sse import Feeds
+from server.langgraph_api.auth import GraphAuth
 from server.langgraph_api.service import LangGraphService
 from server.memory.service import MemoryService
 from server.observability.metrics import Metrics
@@ -128,10 +129,19 @@ ServiceDep = Annotated[RunService, Depends(get_service)]
 MemoryDep = Annotated[MemoryService, Depends(get_memory_service)]
 
 
-async def get_langgraph(request: Request, who: PrincipalDep) -> LangGraphService:
-    """Return the LangGraph API's service for the caller (docs/langgraph.md)."""
+async def get_langgraph(request: Request) -> LangGraphService:
+    """Return the LangGraph API's service for the caller (docs/langgraph.md).
+
+    The caller is named by langgraph.json's auth handler when it has one, else by API key.
+    """
     state = request.app.state
     runtime = state.runtime
+    guard, user = None, None
+    if runtime.graphs.auth is not None:
+        guard = GraphAuth(runtime.graphs.auth, state.settings.default_tenant)
+        who, user = await guard.authenticate(request)
+    else:
+        who = await get_principal(request)
     return LangGraphService(
         state.pool,
         runtime.graphs,
@@ -140,6 +150,8 @@ async def get_langgraph(request: Request, who: PrincipalDep) -> LangGraphService
         who,
         runtime.stopping,
         runtime.store,
+        guard,
+        user,
     )
 
 

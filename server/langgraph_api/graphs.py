@@ -72,6 +72,8 @@ class GraphRegistry:
     checkpointer: BaseCheckpointSaver[Any] | None = None
     store: BaseStore | None = None
     own_graph: Pregel[Any, Any, Any, Any] | None = None
+    # The `langgraph_sdk.Auth` object of `auth.path`, when langgraph.json names one.
+    auth: Any = None
 
     def get(self, graph_id: str) -> GraphEntry | None:
         """Return the entry of `graph_id`, or None."""
@@ -131,6 +133,9 @@ def load_graphs(
     for graph_id, spec in (config.get("graphs") or {}).items():
         spec_text = spec if isinstance(spec, str) else str(spec.get("path", ""))
         registry.entries[graph_id] = _load_entry(graph_id, spec_text, base)
+    auth_path = (config.get("auth") or {}).get("path")
+    if auth_path:
+        registry.auth = _load_entry("auth", str(auth_path), base).target
     if not any(e.own for e in registry.entries.values()):
         registry.entries["agent"] = GraphEntry("agent", OWN_AGENT_FILE, own=True)
     return registry

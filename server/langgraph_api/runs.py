@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from server.auth import Principal
@@ -29,6 +29,7 @@ from server.errors import (
 from server.events.notify import Notifier
 from server.langgraph_api.assistants import resolve_assistant
 from server.langgraph_api.attempt import API_MODES
+from server.langgraph_api.auth import Filters
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
@@ -100,11 +101,12 @@ class LangGraphRuns:
     notifier: Notifier
     settings: Settings
     who: Principal
+    filters: Filters = field(default_factory=dict)
 
     @property
     def threads(self) -> ThreadKeeper:
-        """The caller's threads."""
-        return ThreadKeeper(self.pool, self.graphs, self.who)
+        """The caller's threads (those the auth handlers' filters let through)."""
+        return ThreadKeeper(self.pool, self.graphs, self.who, self.filters)
 
     async def create(self, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
         """Queue a run on `thread_id` (a new thread when None); return its view.
@@ -184,8 +186,6 @@ class LangGraphRuns:
     async def get(self, thread_id: str | None, run_id: str) -> tuple[Run, bool]:
         """Return the caller's run and whether it ended on an interrupt."""
         async with self.pool.connection() as conn:
-            if thread_id is not None:
-                await self.threads.row(conn, thread_id)
             cur = await conn.execute(
                 f"{_SELECT} WHERE r.id = %s AND r.tenant_id = %s",
                 (run_id, self.who.tenant_id),
@@ -193,6 +193,11 @@ class LangGraphRuns:
             found = await cur.fetchone()
         if found is None or (thread_id is not None and found["conversation_id"] != thread_id):
             raise LangGraphItemNotFoundError(f"run {run_id} not found")
+        async with self.pool.connection() as conn:
+            try:  # a run is the caller's when its thread is
+                await self.threads.row(conn, found["conversation_id"])
+            except ThreadNotFoundError:
+                raise LangGraphItemNotFoundError(f"run {run_id} not found") from None
         return Run.from_row(found), bool(found["interrupted"])
 
     async def view(self, thread_id: str | None, run_id: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ run used (`graph_id` in the thread's metadata, as LangGraph records it).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -25,6 +25,7 @@ from server.errors import (
     ThreadExistsError,
     ThreadNotFoundError,
 )
+from server.langgraph_api.auth import Filters, metadata_sql
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.serde import to_json
 from server.timestamps import iso
@@ -37,15 +38,19 @@ class ThreadKeeper:
     pool: Pool
     graphs: GraphRegistry
     who: Principal
+    # Metadata filters from langgraph.json's auth handlers (server/langgraph_api/auth.py).
+    filters: Filters = field(default_factory=dict)
 
     def _owned(self) -> tuple[str, list[Any]]:
         """Return the SQL filter of the caller's threads.
 
         A tenant admin sees the tenant's threads; anyone else only their own.
         """
-        if self.who.has_role("admin"):
-            return "c.tenant_id = %s", [self.who.tenant_id]
-        return "c.tenant_id = %s AND c.user_id = %s", [self.who.tenant_id, self.who.user_id]
+        where, args = "c.tenant_id = %s", [self.who.tenant_id]
+        if not self.who.has_role("admin"):
+            where, args = f"{where} AND c.user_id = %s", [*args, self.who.user_id]
+        extra, more = metadata_sql(self.filters, "c.metadata")
+        return (f"{where} AND {extra}", [*args, *more]) if extra else (where, args)
 
     async def row(self, conn: Conn, thread_id: str, *, lock: bool = False) -> dict[str, Any]:
         """Return the thread's conversation row, or raise ThreadNotFoundError."""

@@ -41,7 +41,9 @@ async def _stream(lg: LangGraphDep, run: dict[str, Any], body: dict[str, Any]) -
             finished = True
         finally:
             if cancel and not finished:
-                await lg.runs.cancel_many({"run_ids": [run["run_id"]]}, "interrupt")
+                await (await lg.runs("update")).cancel_many(
+                    {"run_ids": [run["run_id"]]}, "interrupt"
+                )
 
     base, stream = _places(run)
     headers = {**SSE_HEADERS, "Location": stream, "Content-Location": base}
@@ -61,43 +63,45 @@ async def create(
     lg: LangGraphDep, thread_id: str, body: JsonBody, response: Response
 ) -> dict[str, Any]:
     """Queue a run on the thread (a background run)."""
-    return _created(await lg.runs.create(thread_id, body), response)
+    return _created(await (await lg.runs("create_run", body)).create(thread_id, body), response)
 
 
 @router.post("/runs")
 async def create_stateless(lg: LangGraphDep, body: JsonBody, response: Response) -> dict[str, Any]:
     """Queue a run on a new thread."""
-    return _created(await lg.runs.create(None, body), response)
+    return _created(await (await lg.runs("create_run", body)).create(None, body), response)
 
 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream(lg: LangGraphDep, thread_id: str, body: JsonBody) -> Response:
     """Queue a run on the thread and stream it (`metadata` first)."""
-    return await _stream(lg, await lg.runs.create(thread_id, body), body)
+    return await _stream(
+        lg, await (await lg.runs("create_run", body)).create(thread_id, body), body
+    )
 
 
 @router.post("/runs/stream")
 async def stream_stateless(lg: LangGraphDep, body: JsonBody) -> Response:
     """Queue a run on a new thread and stream it."""
-    return await _stream(lg, await lg.runs.create(None, body), body)
+    return await _stream(lg, await (await lg.runs("create_run", body)).create(None, body), body)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait(lg: LangGraphDep, thread_id: str, body: JsonBody) -> Response:
     """Queue a run on the thread and answer its final values when it ends."""
-    return _waiting(lg, await lg.runs.create(thread_id, body))
+    return _waiting(lg, await (await lg.runs("create_run", body)).create(thread_id, body))
 
 
 @router.post("/runs/wait")
 async def wait_stateless(lg: LangGraphDep, body: JsonBody) -> Response:
     """Queue a run on a new thread and answer its final values when it ends."""
-    return _waiting(lg, await lg.runs.create(None, body))
+    return _waiting(lg, await (await lg.runs("create_run", body)).create(None, body))
 
 
 @router.post("/runs/cancel", status_code=202)
 async def cancel_many(lg: LangGraphDep, body: JsonBody, action: str = "interrupt") -> Response:
     """Cancel runs by `run_ids`, or a thread's runs by `status`."""
-    await lg.runs.cancel_many(body, action)
+    await (await lg.runs("update", body)).cancel_many(body, action)
     return Response(status_code=202)
 
 
@@ -110,26 +114,26 @@ async def list_runs(
     status: str | None = None,
 ) -> list[dict[str, Any]]:
     """List the thread's runs, newest first."""
-    return await lg.runs.list(thread_id, limit, offset, status)
+    return await (await lg.runs("read")).list(thread_id, limit, offset, status)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
 async def get(lg: LangGraphDep, thread_id: str, run_id: str) -> dict[str, Any]:
     """Return a run."""
-    return await lg.runs.view(thread_id, run_id)
+    return await (await lg.runs("read")).view(thread_id, run_id)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
 async def delete(lg: LangGraphDep, thread_id: str, run_id: str) -> Response:
     """Delete a finished run."""
-    await lg.runs.delete(thread_id, run_id)
+    await (await lg.runs("delete")).delete(thread_id, run_id)
     return Response(status_code=204)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
 async def join(lg: LangGraphDep, thread_id: str, run_id: str) -> Response:
     """Wait for the run to end; answer the thread's values (or the run's `__error__`)."""
-    return _waiting(lg, await lg.runs.view(thread_id, run_id))
+    return _waiting(lg, await (await lg.runs("read")).view(thread_id, run_id))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
@@ -158,5 +162,5 @@ async def cancel(
     action: str = "interrupt",
 ) -> Response:
     """Cancel the run (`action=rollback` also removes what it wrote to the thread)."""
-    await lg.runs.cancel(thread_id, run_id, wait=wait, action=action)
+    await (await lg.runs("update")).cancel(thread_id, run_id, wait=wait, action=action)
     return Response(status_code=202)

@@ -15,33 +15,35 @@ JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
 @router.put("/store/items", status_code=204)
 async def put_item(lg: LangGraphDep, body: JsonBody) -> Response:
     """Store an item (`namespace`, `key`, `value`, `index`)."""
-    await lg.store.put(body)
+    await (await lg.store("put", body)).put(body)
     return Response(status_code=204)
 
 
 @router.get("/store/items")
 async def get_item(lg: LangGraphDep, namespace: str, key: str) -> dict[str, Any]:
     """Return an item; `namespace` is dot-joined."""
-    return await lg.store.get(namespace, key)
+    value = {"namespace": namespace.split("."), "key": key}
+    gate = await lg.store("get", value)
+    return await gate.get(".".join(value["namespace"]), str(value["key"]))
 
 
 @router.delete("/store/items", status_code=204)
 async def delete_item(lg: LangGraphDep, body: JsonBody) -> Response:
     """Delete an item."""
-    await lg.store.delete(body)
+    await (await lg.store("delete", body)).delete(body)
     return Response(status_code=204)
 
 
 @router.post("/store/items/search")
 async def search_items(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
     """Search items under `namespace_prefix` by `filter` and `query` (semantic)."""
-    return await lg.store.search(body)
+    return await (await lg.store("search", body)).search(body)
 
 
 @router.post("/store/namespaces")
 async def namespaces(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
     """List namespaces."""
-    return await lg.store.namespaces(body)
+    return await (await lg.store("list_namespaces", body)).namespaces(body)
 
 
 @router.get("/ok")

@@ -16,7 +16,8 @@ JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
 @router.post("/threads")
 async def create(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
     """Create a thread (`thread_id`, `metadata`, `if_exists`: raise | do_nothing)."""
-    return await lg.threads.create(
+    keeper = await lg.threads("create", body)
+    return await keeper.create(
         body.get("thread_id"), dict(body.get("metadata") or {}), body.get("if_exists") or "raise"
     )
 
@@ -24,46 +25,48 @@ async def create(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
 @router.post("/threads/search")
 async def search(lg: LangGraphDep, body: JsonBody) -> list[dict[str, Any]]:
     """Search the caller's threads by `metadata`, `ids` and `status`."""
-    found: list[dict[str, Any]] = await lg.threads.search(body)
+    found: list[dict[str, Any]] = await (await lg.threads("search", body)).search(body)
     return found
 
 
 @router.post("/threads/count")
 async def count(lg: LangGraphDep, body: JsonBody) -> int:
     """Count the caller's threads a search would return."""
-    found: int = await lg.threads.search(body, count=True)
+    found: int = await (await lg.threads("search", body)).search(body, count=True)
     return found
 
 
 @router.get("/threads/{thread_id}")
 async def get(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
     """Return a thread with its status, values and pending interrupts."""
-    return await lg.threads.get(thread_id)
+    return await (await lg.threads("read")).get(thread_id)
 
 
 @router.patch("/threads/{thread_id}")
 async def update(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dict[str, Any]:
     """Merge `metadata` into the thread's."""
-    return await lg.threads.update(thread_id, dict(body.get("metadata") or {}))
+    keeper = await lg.threads("update", body)
+    return await keeper.update(thread_id, dict(body.get("metadata") or {}))
 
 
 @router.delete("/threads/{thread_id}", status_code=204)
 async def delete(lg: LangGraphDep, thread_id: str) -> Response:
     """Delete the thread, its runs and its checkpoints."""
-    await lg.threads.delete(thread_id)
+    await (await lg.threads("delete")).delete(thread_id)
     return Response(status_code=204)
 
 
 @router.post("/threads/{thread_id}/copy")
 async def copy(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
     """Copy the thread and its checkpoints to a new thread."""
-    return await lg.threads.copy(thread_id)
+    return await (await lg.threads("read")).copy(thread_id)
 
 
 async def _state(
     lg: LangGraphDep, thread_id: str, checkpoint: dict[str, Any] | None, subgraphs: bool
 ) -> dict[str, Any]:
-    state = await lg.threads.state(thread_id, checkpoint, subgraphs=subgraphs)
+    keeper = await lg.threads("read")
+    state = await keeper.state(thread_id, checkpoint, subgraphs=subgraphs)
     if state is None:
         empty: dict[str, Any] = {"values": {}, "next": [], "tasks": [], "interrupts": []}
         return {**empty, "checkpoint": None, "metadata": None, "created_at": None}
@@ -93,13 +96,13 @@ async def post_state_at(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dic
 @router.post("/threads/{thread_id}/state")
 async def update_state(lg: LangGraphDep, thread_id: str, body: JsonBody) -> dict[str, Any]:
     """Write `values` to the thread's state as node `as_node`."""
-    return await lg.threads.update_state(thread_id, body)
+    return await (await lg.threads("update", body)).update_state(thread_id, body)
 
 
 @router.post("/threads/{thread_id}/history")
 async def history(lg: LangGraphDep, thread_id: str, body: JsonBody) -> list[dict[str, Any]]:
     """Return the thread's states, newest first."""
-    return await lg.threads.history(thread_id, body)
+    return await (await lg.threads("read")).history(thread_id, body)
 
 
 @router.get("/threads/{thread_id}/history")
@@ -107,4 +110,4 @@ async def get_history(
     lg: LangGraphDep, thread_id: str, limit: int = 10, before: str | None = None
 ) -> list[dict[str, Any]]:
     """Return the thread's states, newest first."""
-    return await lg.threads.history(thread_id, {"limit": limit, "before": before})
+    return await (await lg.threads("read")).history(thread_id, {"limit": limit, "before": before})

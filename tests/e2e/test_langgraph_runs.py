@@ -110,7 +110,7 @@ async def test_wait_answers_the_final_values(client: LangGraphClient, fake: Fake
     )
     assert isinstance(values, dict)
     assert values["messages"][-1]["content"] == "Sunny in Oslo: walk to dinner."
-    assert values["tool_rounds"] == 1
+    assert values["tool_rounds"] == 1, [s.request["messages"] for s in fake.served_for("m-wait")]
     assert (await client.threads.get(thread["thread_id"]))["status"] == "idle"
 
 
