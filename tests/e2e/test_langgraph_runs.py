@@ -365,3 +365,25 @@ async def test_a_graphs_model_calls_reach_the_usage_ledger_and_the_native_api(
     assert [c["modelId"] for c in usage["calls"]] == ["openai:gpt-4o-mini"] * 2
     assert usage["calls"][0]["cost"] is not None
     assert native["conversationId"] == tid and native["status"] == "completed"
+
+
+async def test_agentrts_own_agent_and_native_runs_are_one_runtime(
+    client: LangGraphClient, url: str
+) -> None:
+    tid = (await client.threads.create())["thread_id"]
+    values = await client.runs.wait(
+        tid, "agent", input={"messages": [{"role": "user", "content": "what is 6*7?"}]}
+    )
+    assert "42" in values["messages"][-1]["content"]
+    lg_run = (await client.runs.list(tid))[0]
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        events = (await http.get(f"/api/runs/{lg_run['run_id']}/events")).text
+        posted = await http.post(f"/api/conversations/{tid}/messages", json={"content": "and 2+2?"})
+        native_id = posted.json()["runId"]
+    assert "event: tool.completed" in events and "event: message.item.completed" in events
+    await client.runs.join(tid, native_id)
+    runs = await client.runs.list(tid)
+    assert [r["run_id"] for r in runs] == [native_id, lg_run["run_id"]]
+    assert {r["status"] for r in runs} == {"success"}
+    state = await client.threads.get_state(tid)
+    assert "4" in state["values"]["messages"][-1]["content"]
