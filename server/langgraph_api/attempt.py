@@ -22,27 +22,12 @@ from server.agents.store import run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
+from server.langgraph_api.parts import StreamParts
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
 from server.langgraph_api.usage import UsageCallbackHandler
 from server.runs.attempt import Attempt, GraphInput
 from server.usage.budgets import run_budget
-
-# LangGraph API mode names -> the modes of `graph.astream` that produce them.
-API_MODES = {
-    "values": "values",
-    "updates": "updates",
-    "messages-tuple": "messages",
-    "custom": "custom",
-    "debug": "debug",
-    "tasks": "tasks",
-    "checkpoints": "checkpoints",
-}
-
-
-def graph_modes(requested: Sequence[str]) -> list[str]:
-    """Return the `astream` modes that serve the API modes `requested`."""
-    return sorted({API_MODES[m] for m in requested if m in API_MODES})
 
 
 class GraphAttempt(Attempt):
@@ -77,14 +62,16 @@ class GraphAttempt(Attempt):
             )
             graph_input = self._input(params)
         context: Any = params.get("context")
-        modes: set[Any] = set(graph_modes(params.get("stream_mode") or ["values"]))
+        parts = StreamParts(
+            params.get("stream_mode") or ["values"], bool(params.get("stream_subgraphs"))
+        )
+        modes: set[Any] = parts.astream_modes
         if entry.own:
             async with self.deps.pool.connection() as conn:
                 agent = await run_agent(conn, self.run.tenant_id, *self.run.agent)
             context = await self._context(agent)
             if isinstance(graph_input, dict):
                 graph_input = {**graph_input, "run_id": self.run.id, "step": 0}
-        subgraphs = bool(params.get("stream_subgraphs"))
         async for ns, mode, chunk in graph.astream(
             graph_input,
             config,
@@ -102,8 +89,7 @@ class GraphAttempt(Attempt):
                 seen, replayed = replayed, None
                 if to_json(chunk) == seen:
                     continue
-            if mode in modes and (subgraphs or not ns):
-                data = {"mode": mode, "ns": "|".join(ns), "data": to_json(chunk)}
+            for data in parts.payloads(ns, mode, chunk):
                 self.emit(EventType.GRAPH_CHUNK, data)
         interrupts = (await graph.aget_state(thread)).interrupts
         if interrupts:

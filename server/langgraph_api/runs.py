@@ -28,9 +28,9 @@ from server.errors import (
 )
 from server.events.notify import Notifier
 from server.langgraph_api.assistants import resolve_assistant
-from server.langgraph_api.attempt import API_MODES
 from server.langgraph_api.auth import Filters
 from server.langgraph_api.graphs import GraphRegistry
+from server.langgraph_api.parts import API_MODES
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
 from server.langgraph_api.threads import ThreadKeeper

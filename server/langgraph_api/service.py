@@ -17,9 +17,10 @@ from server.events.notify import Notifier
 from server.langgraph_api.auth import AuthUser, Filters, GraphAuth
 from server.langgraph_api.crons import CronBook
 from server.langgraph_api.graphs import GraphRegistry
+from server.langgraph_api.parts import stored_modes
 from server.langgraph_api.runs import LangGraphRuns
 from server.langgraph_api.store import StoreGate
-from server.langgraph_api.stream import graph_stream, stored_modes
+from server.langgraph_api.stream import graph_stream
 from server.langgraph_api.threads import ThreadKeeper
 from server.settings import Settings
 

@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 
 from graphs.events import TERMINAL_EVENTS, EventType
 from server.db.pool import Pool
 from server.domain import is_terminal
 from server.events.log import read_events
 from server.events.notify import Notifier
-from server.langgraph_api.attempt import API_MODES
 
 
 def sse(event: str, data: object, seq: int | None = None) -> str:
     """Format one SSE frame with an optional `id`."""
     head = f"id: {seq}\n" if seq is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def stored_modes(api_modes: Collection[str] | None) -> set[str] | None:
-    """Return the stored chunk modes that serve the API modes asked for (None: all)."""
-    api_modes = [m for m in api_modes or () if m]  # the SDK sends `stream_mode=` for none
-    if not api_modes:
-        return None
-    return {API_MODES[m] for m in api_modes if m in API_MODES}
 
 
 async def graph_stream(

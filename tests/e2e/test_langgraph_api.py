@@ -134,3 +134,35 @@ async def test_each_stream_mode_matches_in_process_execution(
     assert parts[0][0] == "metadata"
     assert normalise(parts[1:]) == normalise(expected)
     assert expected
+
+
+async def test_messages_mode_sends_each_messages_metadata_then_the_message_so_far(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    fake.script(MODEL, *WEATHER)
+    thread = await client.threads.create()
+    parts = [
+        (p.event, p.data)
+        async for p in client.runs.stream(
+            thread["thread_id"],
+            "tool_agent",
+            input={"messages": [{"role": "user", "content": "weather in Oslo?"}]},
+            stream_mode=["messages", "values"],
+        )
+    ]
+    final = [d for e, d in parts if e == "values"][-1]["messages"]
+    partials = [d[0] for e, d in parts if e == "messages/partial"]
+    announced = [next(iter(d)) for e, d in parts if e == "messages/metadata"]
+    answer = final[-1]
+    assert [p["content"] for p in partials if p["id"] == answer["id"]][-1] == answer["content"]
+    complete = [d[0] for e, d in parts if e == "messages/complete"]
+    assert [c["type"] for c in complete] == ["tool"]
+    assert {p["id"] for p in partials + complete} == set(announced)
+    assert len(announced) == 3
+    first_partial = {}
+    for n, (event, data) in enumerate(parts):
+        if event in ("messages/partial", "messages/complete"):
+            first_partial.setdefault(data[0]["id"], n)
+    for n, (event, data) in enumerate(parts):
+        if event == "messages/metadata":
+            assert n < first_partial[next(iter(data))]
