@@ -397,3 +397,26 @@ class InvalidGraphRequestError(InvalidRequestError):
     """A LangGraph API request is well-formed JSON but asks for something impossible."""
 
     code = "invalid_graph_request"
+
+
+class AssistantExistsError(ConflictError):
+    """An assistant with this id exists and `if_exists` is `raise`."""
+
+    code = "assistant_exists"
+
+    def __init__(self, assistant_id: str) -> None:
+        super().__init__(
+            f"assistant {assistant_id} already exists; send if_exists 'do_nothing' to get it"
+        )
+
+
+class AssistantReadOnlyError(ConflictError):
+    """A graph's default assistant cannot be changed or deleted."""
+
+    code = "assistant_read_only"
+
+    def __init__(self, assistant_id: str) -> None:
+        super().__init__(
+            f"assistant {assistant_id} is its graph's default and cannot change; create an"
+            " assistant of the graph (POST /assistants) and change that one"
+        )

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.agents.store import resolve_agent
 from server.auth import Principal
 from server.db.pool import Pool
 from server.domain import TERMINAL, Run, RunStatus, status_in
@@ -27,7 +28,7 @@ from server.errors import (
     ThreadNotFoundError,
 )
 from server.events.notify import Notifier
-from server.langgraph_api.assistants import resolve_assistant
+from server.langgraph_api.assistant_book import AssistantBook, merged
 from server.langgraph_api.auth import Filters
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.parts import API_MODES
@@ -116,7 +117,8 @@ class LangGraphRuns:
             ThreadNotFoundError: no such thread and `if_not_exists` is not `create`.
             ThreadBusyError: the thread is busy and the strategy is `reject`.
         """
-        entry = resolve_assistant(self.graphs, str(body.get("assistant_id") or ""))
+        book = AssistantBook(self.pool, self.graphs, self.who)
+        assistant, entry = await book.get(str(body.get("assistant_id") or ""))
         if body.get("input") is not None and body.get("command"):
             raise InvalidGraphRequestError("send either `input` or `command`, not both")
         if body.get("command") and thread_id is None:
@@ -136,18 +138,26 @@ class LangGraphRuns:
         strategy = body.get("multitask_strategy") or "enqueue"
         if strategy not in ("reject", "interrupt", "rollback", "enqueue"):
             raise InvalidGraphRequestError(f"unknown multitask_strategy {strategy!r}")
-        metadata = {"graph_id": entry.graph_id, "assistant_id": entry.assistant_id}
+        metadata = {"graph_id": entry.graph_id, "assistant_id": assistant["assistant_id"]}
         if thread_id is None:
             thread_id = (await self.threads.create(None, metadata))["thread_id"]
         else:
             await self._ensure_thread(thread_id, metadata, body.get("if_not_exists") or "reject")
         params = {k: body.get(k) for k in KEPT}
+        context = {**assistant["context"], **(body.get("context") or {})}
         params.update(
             graph_id=entry.graph_id,
-            assistant_id=entry.assistant_id,
+            assistant_id=assistant["assistant_id"],
+            config=merged(assistant["config"], config) or None,
+            context=context or None,
             stream_mode=modes,
             multitask_strategy=strategy,
         )
+        agent = ("default", 0)
+        if entry.own:  # an assistant of agentrt's agent names its profile in `context.agent`
+            async with self.pool.connection() as conn:
+                found = await resolve_agent(conn, self.who.tenant_id, context.get("agent"))
+            agent = (found.name, found.version)
         if strategy == "rollback":
             params["rollback_runs"] = await self._in_progress(thread_id)
         content = json.dumps(to_json(body.get("command") or body.get("input")))
@@ -160,6 +170,7 @@ class LangGraphRuns:
                 self.settings.default_model,
                 {"langgraph": params},
                 if_busy=STRATEGIES.get(strategy, "enqueue"),
+                agent=agent,
             )
         except ConversationBusyError as exc:
             raise ThreadBusyError(thread_id, exc.run_id) from exc

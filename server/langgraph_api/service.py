@@ -14,6 +14,7 @@ from server.auth import Principal
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
+from server.langgraph_api.assistant_book import AssistantBook
 from server.langgraph_api.auth import AuthUser, Filters, GraphAuth
 from server.langgraph_api.crons import CronBook
 from server.langgraph_api.graphs import GraphRegistry
@@ -47,6 +48,11 @@ class LangGraphService:
         if self.guard is None or self.user is None:
             return {}
         return await self.guard.authorize(self.user, resource, action, value or {})
+
+    async def assistants(self, action: str, value: dict[str, Any] | None = None) -> AssistantBook:
+        """The tenant's assistants, once the handler of `assistants`.`action` allows it."""
+        await self.authorize("assistants", action, value)
+        return AssistantBook(self.pool, self.graphs, self.who)
 
     async def threads(self, action: str, value: dict[str, Any] | None = None) -> ThreadKeeper:
         """The caller's threads, as the auth handler of `threads`.`action` lets it see them."""

@@ -1,4 +1,4 @@
-"""LangGraph API: assistants, one per graph of langgraph.json (docs/langgraph.md)."""
+"""LangGraph API: assistants, each graph's default and those created (docs/langgraph.md)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,22 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Response
 
 from server.deps import LangGraphDep
-from server.langgraph_api.assistants import (
-    assistant_view,
-    drawing,
-    resolve_assistant,
-    schemas,
-    search_assistants,
-    subgraphs,
-)
+from server.langgraph_api.assistants import drawing, schemas, subgraphs
 
 router = APIRouter(tags=["langgraph: assistants"])
 JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
 
 
+@router.post("/assistants")
+async def create(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+    """Create an assistant of `graph_id` with its `config`, `context` and `metadata`."""
+    return await (await lg.assistants("create", body)).create(body)
+
+
 @router.post("/assistants/search")
 async def search(lg: LangGraphDep, body: JsonBody, response: Response) -> list[dict[str, Any]]:
     """Search assistants by `graph_id`, `name` and `metadata`."""
-    found = search_assistants(lg.graphs, body)
+    found = await (await lg.assistants("search", body)).search(body)
     offset, limit = int(body.get("offset") or 0), int(body.get("limit") or 10)
     if offset + limit < len(found):
         response.headers["X-Pagination-Next"] = str(offset + limit)
@@ -33,25 +32,53 @@ async def search(lg: LangGraphDep, body: JsonBody, response: Response) -> list[d
 @router.post("/assistants/count")
 async def count(lg: LangGraphDep, body: JsonBody) -> int:
     """Count the assistants a search would return."""
-    return len(search_assistants(lg.graphs, body))
+    return len(await (await lg.assistants("search", body)).search(body))
 
 
 @router.get("/assistants/{assistant_id}")
 async def get(lg: LangGraphDep, assistant_id: str) -> dict[str, Any]:
-    """Return an assistant by its id or its graph id."""
-    return assistant_view(resolve_assistant(lg.graphs, assistant_id))
+    """Return an assistant by its id, or a graph's default by the graph id."""
+    return (await (await lg.assistants("read")).get(assistant_id))[0]
+
+
+@router.patch("/assistants/{assistant_id}")
+async def update(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> dict[str, Any]:
+    """Store a new version of the assistant and use it."""
+    return await (await lg.assistants("update", body)).update(assistant_id, body)
+
+
+@router.delete("/assistants/{assistant_id}", status_code=204)
+async def delete(lg: LangGraphDep, assistant_id: str) -> Response:
+    """Delete an assistant and its versions."""
+    await (await lg.assistants("delete")).delete(assistant_id)
+    return Response(status_code=204)
+
+
+@router.post("/assistants/{assistant_id}/versions")
+async def versions(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> list[dict[str, Any]]:
+    """List the assistant's versions, newest first."""
+    return await (await lg.assistants("search", body)).versions(assistant_id, body)
+
+
+@router.post("/assistants/{assistant_id}/latest")
+async def latest(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> dict[str, Any]:
+    """Use `version` of the assistant."""
+    book = await lg.assistants("update", body)
+    return await book.set_latest(assistant_id, int(body.get("version") or 0))
 
 
 @router.get("/assistants/{assistant_id}/graph")
 async def graph(lg: LangGraphDep, assistant_id: str, xray: bool = False) -> dict[str, Any]:
     """Return the assistant's graph: its nodes and edges."""
-    return await drawing(lg.graphs, assistant_id, xray)
+    _, entry = await (await lg.assistants("read")).get(assistant_id)
+    return await drawing(lg.graphs, entry.graph_id, xray)
 
 
 @router.get("/assistants/{assistant_id}/schemas")
 async def get_schemas(lg: LangGraphDep, assistant_id: str) -> dict[str, Any]:
     """Return the graph's input, output, state and context schemas."""
-    return await schemas(lg.graphs, assistant_id)
+    _, entry = await (await lg.assistants("read")).get(assistant_id)
+    return await schemas(lg.graphs, entry.graph_id)
 
 
 @router.get("/assistants/{assistant_id}/subgraphs")
@@ -59,4 +86,5 @@ async def get_subgraphs(
     lg: LangGraphDep, assistant_id: str, recurse: bool = False
 ) -> dict[str, Any]:
     """Return the schemas of the graph's subgraphs by namespace."""
-    return await subgraphs(lg.graphs, assistant_id, recurse)
+    _, entry = await (await lg.assistants("read")).get(assistant_id)
+    return await subgraphs(lg.graphs, entry.graph_id, recurse)

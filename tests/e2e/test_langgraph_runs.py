@@ -387,3 +387,46 @@ async def test_agentrts_own_agent_and_native_runs_are_one_runtime(
     assert {r["status"] for r in runs} == {"success"}
     state = await client.threads.get_state(tid)
     assert "4" in state["values"]["messages"][-1]["content"]
+
+
+async def test_assistants_are_created_versioned_and_used_by_runs(
+    client: LangGraphClient, fake: FakeOpenAI, url: str
+) -> None:
+    made = await client.assistants.create(
+        "tool_agent", context={"model": "m-v1"}, name="evening", metadata={"team": "night"}
+    )
+    assert made["version"] == 1 and made["graph_id"] == "tool_agent"
+    changed = await client.assistants.update(made["assistant_id"], context={"model": "m-v2"})
+    assert changed["version"] == 2 and changed["name"] == "evening"
+    versions = await client.assistants.get_versions(made["assistant_id"])
+    assert [v["version"] for v in versions] == [2, 1]
+    fake.script("m-v2", Reply(text="from version two"))
+    values = await client.runs.wait(None, made["assistant_id"], input=ask("hi"))
+    assert texts(values) == ["hi", "from version two"]
+    back = await client.assistants.set_latest(made["assistant_id"], 1)
+    assert back["context"] == {"model": "m-v1"}
+    found = await client.assistants.search(metadata={"team": "night"})
+    assert [a["assistant_id"] for a in found] == [made["assistant_id"]]
+    default = await client.assistants.get("tool_agent")
+    with pytest.raises(httpx.HTTPStatusError) as fixed:
+        await client.assistants.update(default["assistant_id"], name="renamed")
+    assert fixed.value.response.status_code == 409
+    await client.assistants.delete(made["assistant_id"])
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        await client.assistants.get(made["assistant_id"])
+    assert gone.value.response.status_code == 404
+
+
+async def test_an_assistant_of_the_own_agent_is_an_agent_profile(
+    client: LangGraphClient, url: str
+) -> None:
+    profile = {"name": "planner", "instructions": "You plan evenings.", "model": "demo"}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        assert (await http.post("/api/agents", json=profile)).status_code == 201
+        made = await client.assistants.create("agent", context={"agent": "planner"})
+        run = await client.runs.create(
+            None, made["assistant_id"], input={"messages": [{"role": "user", "content": "hi"}]}
+        )
+        await client.runs.join(run["thread_id"], run["run_id"])
+        created = (await http.get(f"/api/runs/{run['run_id']}/events")).text
+    assert '"agent":"planner@1"' in created.replace(" ", "")

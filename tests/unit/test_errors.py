@@ -79,6 +79,8 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.ThreadBusyError("t1", "run_1"), 409, "thread_busy", {"runId": "run_1"}),
     (errors.UnknownGraphError("g"), 422, "unknown_graph", {}),
     (errors.InvalidGraphRequestError("send input or command"), 422, "invalid_graph_request", {}),
+    (errors.AssistantExistsError("a1"), 409, "assistant_exists", {}),
+    (errors.AssistantReadOnlyError("a1"), 409, "assistant_read_only", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [
