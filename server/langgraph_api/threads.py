@@ -133,6 +133,25 @@ class ThreadKeeper:
         if self.graphs.checkpointer is not None:
             await self.graphs.checkpointer.adelete_thread(thread_id)
 
+    async def prune(self, thread_ids: list[str], strategy: str) -> dict[str, int]:
+        """Delete the threads (`delete`) or all but their latest checkpoint (`keep_latest`)."""
+        if strategy not in ("delete", "keep_latest"):
+            raise InvalidGraphRequestError("strategy is 'delete' or 'keep_latest'")
+        mine = []
+        async with self.pool.connection() as conn:
+            for thread_id in thread_ids:
+                try:
+                    await self.row(conn, thread_id)
+                except ThreadNotFoundError:
+                    continue
+                mine.append(thread_id)
+        if strategy == "delete":
+            for thread_id in mine:
+                await self.delete(thread_id)
+        elif mine and self.graphs.checkpointer is not None:
+            await self.graphs.checkpointer.aprune(mine, strategy="keep_latest")
+        return {"pruned_count": len(mine)}
+
     async def search(self, body: dict[str, Any], *, count: bool = False) -> Any:
         """Return the caller's threads matching `metadata`, `ids` and `status` (or their count)."""
         where, args = self._owned()

@@ -98,6 +98,14 @@ async def wait_stateless(lg: LangGraphDep, body: JsonBody) -> Response:
     return _waiting(lg, await (await lg.runs("create_run", body)).create(None, body))
 
 
+@router.post("/runs/batch")
+async def create_batch(
+    lg: LangGraphDep, body: Annotated[list[dict[str, Any]], Body()]
+) -> list[dict[str, Any]]:
+    """Queue several runs, each on a new thread."""
+    return [await (await lg.runs("create_run", one)).create(None, one) for one in body]
+
+
 @router.post("/runs/cancel", status_code=202)
 async def cancel_many(lg: LangGraphDep, body: JsonBody, action: str = "interrupt") -> Response:
     """Cancel runs by `run_ids`, or a thread's runs by `status`."""

@@ -36,6 +36,14 @@ async def count(lg: LangGraphDep, body: JsonBody) -> int:
     return found
 
 
+@router.post("/threads/prune")
+async def prune(lg: LangGraphDep, body: JsonBody) -> dict[str, int]:
+    """Delete threads, or keep only their latest checkpoint (`strategy`)."""
+    keeper = await lg.threads("delete", body)
+    ids = [str(i) for i in body.get("thread_ids") or []]
+    return await keeper.prune(ids, str(body.get("strategy") or "delete"))
+
+
 @router.get("/threads/{thread_id}")
 async def get(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
     """Return a thread with its status, values and pending interrupts."""

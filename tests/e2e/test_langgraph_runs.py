@@ -430,3 +430,25 @@ async def test_an_assistant_of_the_own_agent_is_an_agent_profile(
         await client.runs.join(run["thread_id"], run["run_id"])
         created = (await http.get(f"/api/runs/{run['run_id']}/events")).text
     assert '"agent":"planner@1"' in created.replace(" ", "")
+
+
+async def test_a_batch_of_runs_then_threads_pruned(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    fake.script("m-batch", Reply(text="a"), Reply(text="b"))
+    body = {"assistant_id": "tool_agent", "context": {"model": "m-batch"}}
+    runs = await client.runs.create_batch(
+        [{**body, "input": ask("one")}, {**body, "input": ask("two")}]
+    )
+    assert len({r["thread_id"] for r in runs}) == 2
+    for run in runs:
+        await client.runs.join(run["thread_id"], run["run_id"])
+    kept, gone = runs[0]["thread_id"], runs[1]["thread_id"]
+    assert len(await client.threads.get_history(kept, limit=50)) > 1
+    assert await client.threads.prune([kept], strategy="keep_latest") == {"pruned_count": 1}
+    history = await client.threads.get_history(kept, limit=50)
+    assert len(history) == 1 and len(history[0]["values"]["messages"]) == 2
+    assert await client.threads.prune([gone]) == {"pruned_count": 1}
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        await client.threads.get(gone)
+    assert missing.value.response.status_code == 404
