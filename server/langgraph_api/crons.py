@@ -54,7 +54,7 @@ def next_time(schedule: str, timezone: str, after: datetime) -> datetime:
     """
     try:
         zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise InvalidGraphRequestError(f"unknown time zone {timezone!r}") from exc
     if not croniter.is_valid(schedule):
         raise InvalidGraphRequestError(

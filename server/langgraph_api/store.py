@@ -31,6 +31,14 @@ def item_view(item: Item | SearchItem) -> dict[str, Any]:
     return view
 
 
+def _check_labels(labels: list[str] | tuple[str, ...]) -> list[str]:
+    if any(not isinstance(p, str) or not p or "." in p for p in labels):
+        raise InvalidGraphRequestError(
+            "namespace labels are non-empty and have no dots, e.g. ['notes', 'u1']"
+        )
+    return list(labels)
+
+
 @dataclass(frozen=True)
 class StoreGate:
     """The store as one caller may use it."""
@@ -39,10 +47,9 @@ class StoreGate:
     who: Principal
 
     def _allowed(self, namespace: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-        if not namespace or any(not isinstance(p, str) or "." in p for p in namespace):
-            raise InvalidGraphRequestError(
-                "a namespace is a non-empty list of labels without dots, e.g. ['notes', 'u1']"
-            )
+        _check_labels(namespace)
+        if not namespace:
+            raise InvalidGraphRequestError("a namespace has at least one label")
         if not self.who.has_role("admin") and namespace[0] != self.who.tenant_id:
             raise MemoryForbiddenError(
                 f"namespaces must start with your tenant {self.who.tenant_id!r}"
@@ -78,13 +85,16 @@ class StoreGate:
         prefix = body.get("namespace_prefix") or []
         if prefix or not self.who.has_role("admin"):
             prefix = list(self._allowed(prefix))
-        found = await self.store.asearch(
-            tuple(prefix),
-            query=body.get("query"),
-            filter=body.get("filter"),
-            limit=int(body.get("limit") or 10),
-            offset=int(body.get("offset") or 0),
-        )
+        try:
+            found = await self.store.asearch(
+                tuple(prefix),
+                query=body.get("query"),
+                filter=body.get("filter"),
+                limit=int(body.get("limit") or 10),
+                offset=int(body.get("offset") or 0),
+            )
+        except ValueError as exc:  # the store refuses a filter operator it does not know
+            raise InvalidGraphRequestError(f"filter: {exc}") from exc
         return {"items": [item_view(i) for i in found]}
 
     async def namespaces(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +104,7 @@ class StoreGate:
             prefix = list(self._allowed(prefix or [self.who.tenant_id]))
         found = await self.store.alist_namespaces(
             prefix=tuple(prefix) or None,
-            suffix=tuple(body.get("suffix") or ()) or None,
+            suffix=tuple(_check_labels(body.get("suffix") or [])) or None,
             max_depth=body.get("max_depth"),
             limit=int(body.get("limit") or 100),
             offset=int(body.get("offset") or 0),

@@ -8,20 +8,35 @@ from fastapi import APIRouter, Body, Response
 
 from server.deps import LangGraphDep
 from server.langgraph_api.assistants import drawing, schemas, subgraphs
+from server.langgraph_api.bodies import (
+    AssistantCreate,
+    AssistantPatch,
+    AssistantSearch,
+    LatestVersion,
+    VersionQuery,
+)
+from server.routes.guards import CleanText
+from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 
-router = APIRouter(tags=["langgraph: assistants"])
-JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+LANGGRAPH_ERRORS = {**COMMON_ERRORS, **BODY_ERRORS, **errors(403, 404, 409)}
+router = APIRouter(tags=["langgraph: assistants"], responses=LANGGRAPH_ERRORS)
 
 
 @router.post("/assistants")
-async def create(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+async def create(
+    lg: LangGraphDep, sent: Annotated[AssistantCreate, CleanText, Body()]
+) -> dict[str, Any]:
     """Create an assistant of `graph_id` with its `config`, `context` and `metadata`."""
+    body = sent.data()
     return await (await lg.assistants("create", body)).create(body)
 
 
 @router.post("/assistants/search")
-async def search(lg: LangGraphDep, body: JsonBody, response: Response) -> list[dict[str, Any]]:
+async def search(
+    lg: LangGraphDep, sent: Annotated[AssistantSearch, CleanText, Body()], response: Response
+) -> list[dict[str, Any]]:
     """Search assistants by `graph_id`, `name` and `metadata`."""
+    body = sent.data()
     found = await (await lg.assistants("search", body)).search(body)
     offset, limit = int(body.get("offset") or 0), int(body.get("limit") or 10)
     if offset + limit < len(found):
@@ -30,8 +45,9 @@ async def search(lg: LangGraphDep, body: JsonBody, response: Response) -> list[d
 
 
 @router.post("/assistants/count")
-async def count(lg: LangGraphDep, body: JsonBody) -> int:
+async def count(lg: LangGraphDep, sent: Annotated[AssistantSearch, CleanText, Body()]) -> int:
     """Count the assistants a search would return."""
+    body = sent.data()
     return len(await (await lg.assistants("search", body)).search(body))
 
 
@@ -42,8 +58,11 @@ async def get(lg: LangGraphDep, assistant_id: str) -> dict[str, Any]:
 
 
 @router.patch("/assistants/{assistant_id}")
-async def update(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> dict[str, Any]:
+async def update(
+    lg: LangGraphDep, assistant_id: str, sent: Annotated[AssistantPatch, CleanText, Body()]
+) -> dict[str, Any]:
     """Store a new version of the assistant and use it."""
+    body = sent.data()
     return await (await lg.assistants("update", body)).update(assistant_id, body)
 
 
@@ -55,14 +74,20 @@ async def delete(lg: LangGraphDep, assistant_id: str) -> Response:
 
 
 @router.post("/assistants/{assistant_id}/versions")
-async def versions(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> list[dict[str, Any]]:
+async def versions(
+    lg: LangGraphDep, assistant_id: str, sent: Annotated[VersionQuery, CleanText, Body()]
+) -> list[dict[str, Any]]:
     """List the assistant's versions, newest first."""
+    body = sent.data()
     return await (await lg.assistants("search", body)).versions(assistant_id, body)
 
 
 @router.post("/assistants/{assistant_id}/latest")
-async def latest(lg: LangGraphDep, assistant_id: str, body: JsonBody) -> dict[str, Any]:
+async def latest(
+    lg: LangGraphDep, assistant_id: str, sent: Annotated[LatestVersion, CleanText, Body()]
+) -> dict[str, Any]:
     """Use `version` of the assistant."""
+    body = sent.data()
     book = await lg.assistants("update", body)
     return await book.set_latest(assistant_id, int(body.get("version") or 0))
 

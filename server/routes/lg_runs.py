@@ -13,9 +13,12 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
 from server.deps import LangGraphDep
+from server.langgraph_api.bodies import CancelMany, RunCreate
+from server.routes.guards import CleanText
+from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 
-router = APIRouter(tags=["langgraph: runs"])
-JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+LANGGRAPH_ERRORS = {**COMMON_ERRORS, **BODY_ERRORS, **errors(403, 404, 409)}
+router = APIRouter(tags=["langgraph: runs"], responses=LANGGRAPH_ERRORS)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -60,57 +63,80 @@ def _waiting(lg: LangGraphDep, run: dict[str, Any]) -> Response:
 
 @router.post("/threads/{thread_id}/runs")
 async def create(
-    lg: LangGraphDep, thread_id: str, body: JsonBody, response: Response
+    lg: LangGraphDep,
+    thread_id: str,
+    sent: Annotated[RunCreate, CleanText, Body()],
+    response: Response,
 ) -> dict[str, Any]:
     """Queue a run on the thread (a background run)."""
+    body = sent.data()
     return _created(await (await lg.runs("create_run", body)).create(thread_id, body), response)
 
 
 @router.post("/runs")
-async def create_stateless(lg: LangGraphDep, body: JsonBody, response: Response) -> dict[str, Any]:
+async def create_stateless(
+    lg: LangGraphDep, sent: Annotated[RunCreate, CleanText, Body()], response: Response
+) -> dict[str, Any]:
     """Queue a run on a new thread."""
+    body = sent.data()
     return _created(await (await lg.runs("create_run", body)).create(None, body), response)
 
 
 @router.post("/threads/{thread_id}/runs/stream")
-async def stream(lg: LangGraphDep, thread_id: str, body: JsonBody) -> Response:
+async def stream(
+    lg: LangGraphDep, thread_id: str, sent: Annotated[RunCreate, CleanText, Body()]
+) -> Response:
     """Queue a run on the thread and stream it (`metadata` first)."""
+    body = sent.data()
     return await _stream(
         lg, await (await lg.runs("create_run", body)).create(thread_id, body), body
     )
 
 
 @router.post("/runs/stream")
-async def stream_stateless(lg: LangGraphDep, body: JsonBody) -> Response:
+async def stream_stateless(
+    lg: LangGraphDep, sent: Annotated[RunCreate, CleanText, Body()]
+) -> Response:
     """Queue a run on a new thread and stream it."""
+    body = sent.data()
     return await _stream(lg, await (await lg.runs("create_run", body)).create(None, body), body)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait(lg: LangGraphDep, thread_id: str, body: JsonBody) -> Response:
+async def wait(
+    lg: LangGraphDep, thread_id: str, sent: Annotated[RunCreate, CleanText, Body()]
+) -> Response:
     """Queue a run on the thread and answer its final values when it ends."""
+    body = sent.data()
     return _waiting(lg, await (await lg.runs("create_run", body)).create(thread_id, body))
 
 
 @router.post("/runs/wait")
-async def wait_stateless(lg: LangGraphDep, body: JsonBody) -> Response:
+async def wait_stateless(
+    lg: LangGraphDep, sent: Annotated[RunCreate, CleanText, Body()]
+) -> Response:
     """Queue a run on a new thread and answer its final values when it ends."""
+    body = sent.data()
     return _waiting(lg, await (await lg.runs("create_run", body)).create(None, body))
 
 
 @router.post("/runs/batch")
 async def create_batch(
-    lg: LangGraphDep, body: Annotated[list[dict[str, Any]], Body()]
+    lg: LangGraphDep, sent: Annotated[list[RunCreate], CleanText, Body(max_length=100)]
 ) -> list[dict[str, Any]]:
     """Queue several runs, each on a new thread."""
-    return [await (await lg.runs("create_run", one)).create(None, one) for one in body]
+    bodies = [one.data() for one in sent]
+    return [await (await lg.runs("create_run", one)).create(None, one) for one in bodies]
 
 
-@router.post("/runs/cancel", status_code=202)
-async def cancel_many(lg: LangGraphDep, body: JsonBody, action: str = "interrupt") -> Response:
+@router.post("/runs/cancel", status_code=204)
+async def cancel_many(
+    lg: LangGraphDep, sent: Annotated[CancelMany, CleanText, Body()], action: str = "interrupt"
+) -> Response:
     """Cancel runs by `run_ids`, or a thread's runs by `status`."""
+    body = sent.data()
     await (await lg.runs("update", body)).cancel_many(body, action)
-    return Response(status_code=202)
+    return Response(status_code=204)
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -161,7 +187,7 @@ async def join_stream(
     return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=202)
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
 async def cancel(
     lg: LangGraphDep,
     thread_id: str,
@@ -171,4 +197,4 @@ async def cancel(
 ) -> Response:
     """Cancel the run (`action=rollback` also removes what it wrote to the thread)."""
     await (await lg.runs("update")).cancel(thread_id, run_id, wait=wait, action=action)
-    return Response(status_code=202)
+    return Response(status_code=204)

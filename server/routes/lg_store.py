@@ -7,14 +7,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Response
 
 from server.deps import LangGraphDep
+from server.langgraph_api.bodies import NamespaceQuery, StoreDelete, StorePut, StoreSearch
+from server.routes.guards import CleanText
+from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 
-router = APIRouter(tags=["langgraph: store"])
-JsonBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+LANGGRAPH_ERRORS = {**COMMON_ERRORS, **BODY_ERRORS, **errors(403, 404, 409)}
+router = APIRouter(tags=["langgraph: store"], responses=LANGGRAPH_ERRORS)
 
 
 @router.put("/store/items", status_code=204)
-async def put_item(lg: LangGraphDep, body: JsonBody) -> Response:
+async def put_item(lg: LangGraphDep, sent: Annotated[StorePut, CleanText, Body()]) -> Response:
     """Store an item (`namespace`, `key`, `value`, `index`)."""
+    body = sent.data()
     await (await lg.store("put", body)).put(body)
     return Response(status_code=204)
 
@@ -28,21 +32,30 @@ async def get_item(lg: LangGraphDep, namespace: str, key: str) -> dict[str, Any]
 
 
 @router.delete("/store/items", status_code=204)
-async def delete_item(lg: LangGraphDep, body: JsonBody) -> Response:
+async def delete_item(
+    lg: LangGraphDep, sent: Annotated[StoreDelete, CleanText, Body()]
+) -> Response:
     """Delete an item."""
+    body = sent.data()
     await (await lg.store("delete", body)).delete(body)
     return Response(status_code=204)
 
 
 @router.post("/store/items/search")
-async def search_items(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+async def search_items(
+    lg: LangGraphDep, sent: Annotated[StoreSearch, CleanText, Body()]
+) -> dict[str, Any]:
     """Search items under `namespace_prefix` by `filter` and `query` (semantic)."""
+    body = sent.data()
     return await (await lg.store("search", body)).search(body)
 
 
 @router.post("/store/namespaces")
-async def namespaces(lg: LangGraphDep, body: JsonBody) -> dict[str, Any]:
+async def namespaces(
+    lg: LangGraphDep, sent: Annotated[NamespaceQuery, CleanText, Body()]
+) -> dict[str, Any]:
     """List namespaces."""
+    body = sent.data()
     return await (await lg.store("list_namespaces", body)).namespaces(body)
 
 
