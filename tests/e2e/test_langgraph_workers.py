@@ -10,7 +10,6 @@ that reach the fake OpenAI server of this process.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -35,7 +34,8 @@ SLOW_S = 120
 MODEL = "m-crash"
 CALL = Reply(text="", tool_calls=[FakeToolCall("check_weather", {"city": "Oslo"}, id="call_w1")])
 ANSWER = Reply(text="Sunny in Oslo: walk to dinner.", chunk_chars=5)
-WORKER_SETTINGS = {"lease_seconds": 2.0, "worker_poll_seconds": 0.5}
+# A lease long enough not to expire on a loaded machine, short enough for a quick recovery.
+WORKER_SETTINGS = {"lease_seconds": 10.0, "worker_poll_seconds": 0.5}
 MODES = ["values", "updates", "custom"]
 VOLATILE = {"id", "created", "system_fingerprint", "model_provider"}
 
@@ -123,9 +123,10 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
         events = (await http.get(f"/api/runs/{run['run_id']}/events")).text
     assert values["messages"][-1]["content"] == "Sunny in Oslo: walk to dinner."
     assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
-    assert events.count("event: run.started") == 2 and "lease expired" in events
     assert parts[0].event == "metadata"
-    assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected)
+    served = [(x.reply.text, len(x.body["messages"])) for x in fake.served_for(MODEL)]
+    assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected), served
+    assert events.count("event: run.started") == 2 and "lease expired" in events
 
 
 async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
@@ -156,9 +157,9 @@ async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
             runs = [r["id"] for r in await cur.fetchall()]
         output = "\n".join(a.output + b.output)
     assert sorted(runs) == sorted(firings.values())
+    # Each firing is a due time of the schedule (missed ones collapse into the next).
     due = sorted(firings)
-    gaps = {(later - earlier).total_seconds() for earlier, later in itertools.pairwise(due)}
-    assert len(due) >= 4 and gaps <= {2.0}, due
+    assert len(due) >= 4 and all(d.second % 2 == 0 and d.microsecond == 0 for d in due), due
     assert "a poll failed" not in output and "could not be created" not in output
 
 
