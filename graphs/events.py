@@ -46,6 +46,8 @@ class EventType(StrEnum):
     SKILL_LOADED = "skill.loaded"
     SUBAGENT_STARTED = "subagent.started"
     SUBAGENT_COMPLETED = "subagent.completed"
+    GRAPH_CHUNK = "graph.chunk"
+    GRAPH_INTERRUPTED = "graph.interrupted"
 
 
 E = EventType
@@ -405,6 +407,20 @@ class SubagentCompleted(TypedDict):
 
 
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
+class GraphChunk(TypedDict):
+    """`graph.chunk`: one part of a LangGraph stream of a run started through its API."""
+
+    mode: str
+    ns: str
+    data: Any
+
+
+class GraphInterrupted(TypedDict):
+    """`graph.interrupted`: the graph stopped on these interrupts; the run ends with them."""
+
+    interrupts: list[dict[str, Any]]
+
+
 PAYLOADS: dict[EventType, type] = {
     E.RUN_CREATED: RunCreated,
     E.RUN_STARTED: RunStarted,
@@ -435,6 +451,8 @@ PAYLOADS: dict[EventType, type] = {
     E.SKILL_LOADED: SkillLoaded,
     E.SUBAGENT_STARTED: SubagentStarted,
     E.SUBAGENT_COMPLETED: SubagentCompleted,
+    E.GRAPH_CHUNK: GraphChunk,
+    E.GRAPH_INTERRUPTED: GraphInterrupted,
 }
 
 

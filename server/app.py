@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from langchain_core.tools import BaseTool
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -18,6 +19,11 @@ from server.routes import (
     context,
     conversations,
     health,
+    lg_assistants,
+    lg_crons,
+    lg_runs,
+    lg_store,
+    lg_threads,
     observability,
     runs,
     subagents,
@@ -136,6 +142,19 @@ def create_app(
         skills_routes.router,
         subagents.router,
         lifecycle_routes.router,
+        lg_assistants.router,
+        lg_threads.router,
+        lg_crons.router,
+        lg_runs.router,
+        lg_store.router,
     ):
         app.include_router(router)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Location", "Content-Location", "X-Pagination-Next"],
+        )
     return app

@@ -18,6 +18,8 @@ from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.events.sse import Feeds
+from server.langgraph_api.auth import GraphAuth
+from server.langgraph_api.service import LangGraphService
 from server.memory.service import MemoryService
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
@@ -154,3 +156,32 @@ async def get_subagent_service(request: Request) -> SubagentService:
 
 
 SubagentDep = Annotated[SubagentService, Depends(get_subagent_service)]
+
+
+async def get_langgraph(request: Request) -> LangGraphService:
+    """Return the LangGraph API's service for the caller (docs/langgraph.md).
+
+    The caller is named by langgraph.json's auth handler when it has one, else by API key.
+    """
+    state = request.app.state
+    runtime = state.runtime
+    guard, user = None, None
+    if runtime.graphs.auth is not None:
+        guard = GraphAuth(runtime.graphs.auth, state.settings.default_tenant)
+        who, user = await guard.authenticate(request)
+    else:
+        who = await get_principal(request)
+    return LangGraphService(
+        state.pool,
+        runtime.graphs,
+        state.notifier,
+        state.settings,
+        who,
+        runtime.stopping,
+        runtime.store,
+        guard,
+        user,
+    )
+
+
+LangGraphDep = Annotated[LangGraphService, Depends(get_langgraph)]

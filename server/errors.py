@@ -406,3 +406,90 @@ class RunsActiveError(ConflictError):
         super().__init__(
             f"{what} has runs in progress ({shown}): {hint}", runIds=",".join(run_ids[:20])
         )
+
+
+class AssistantNotFoundError(NotFoundError):
+    """No assistant (or graph) of the LangGraph API has this id."""
+
+    def __init__(self, assistant_id: str) -> None:
+        super().__init__(
+            f"assistant {assistant_id} not found; use a graph id of langgraph.json or an"
+            " assistant id from POST /assistants/search"
+        )
+
+
+class ThreadNotFoundError(NotFoundError):
+    """No thread of the caller has this id."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"thread {thread_id} not found; create it with POST /threads")
+
+
+class LangGraphItemNotFoundError(NotFoundError):
+    """A run, checkpoint or store item the LangGraph API asked for does not exist."""
+
+
+class ThreadExistsError(ConflictError):
+    """A thread with this id exists and `if_exists` is `raise`."""
+
+    code = "thread_exists"
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(
+            f"thread {thread_id} already exists; send if_exists 'do_nothing' to get it instead"
+        )
+
+
+class ThreadBusyError(ConflictError):
+    """The thread has a run in progress and `multitask_strategy` is `reject`."""
+
+    code = "thread_busy"
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        super().__init__(
+            f"Thread is already running a task: thread {thread_id} has run {run_id} in"
+            " progress; wait for it, or send multitask_strategy 'enqueue', 'interrupt' or"
+            " 'rollback'",
+            runId=run_id,
+        )
+
+
+class UnknownGraphError(InvalidRequestError):
+    """The run names a graph this server did not load from langgraph.json."""
+
+    code = "unknown_graph"
+
+    def __init__(self, graph_id: str) -> None:
+        super().__init__(
+            f"graph {graph_id!r} is not loaded; list it under `graphs` in langgraph.json"
+            " (AGENTRT_LANGGRAPH_CONFIG) and restart"
+        )
+
+
+class InvalidGraphRequestError(InvalidRequestError):
+    """A LangGraph API request is well-formed JSON but asks for something impossible."""
+
+    code = "invalid_graph_request"
+
+
+class AssistantExistsError(ConflictError):
+    """An assistant with this id exists and `if_exists` is `raise`."""
+
+    code = "assistant_exists"
+
+    def __init__(self, assistant_id: str) -> None:
+        super().__init__(
+            f"assistant {assistant_id} already exists; send if_exists 'do_nothing' to get it"
+        )
+
+
+class AssistantReadOnlyError(ConflictError):
+    """A graph's default assistant cannot be changed or deleted."""
+
+    code = "assistant_read_only"
+
+    def __init__(self, assistant_id: str) -> None:
+        super().__init__(
+            f"assistant {assistant_id} is its graph's default and cannot change; create an"
+            " assistant of the graph (POST /assistants) and change that one"
+        )

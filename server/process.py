@@ -25,6 +25,8 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.langgraph_api.graphs import GraphRegistry, load_graphs
+from server.langgraph_api.jobs import LangGraphJobs
 from server.lifecycle.retention import apply_retention
 from server.memory.jobs import MemoryJobs
 from server.memory.store import index_kind, make_embedder, open_memory_store, prune_expired_memories
@@ -56,6 +58,7 @@ class Runtime:
     store: AsyncPostgresStore | None = None
     memory_jobs: MemoryJobs | None = None
     artifacts: Storage | None = None
+    graphs: GraphRegistry = field(default_factory=GraphRegistry)
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -130,20 +133,34 @@ async def open_runtime(
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
         graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
         artifacts = make_storage(settings)
+        graphs = load_graphs(
+            settings.langgraph_config, checkpointer=checkpointer, store=store, own_graph=graph
+        )
         notifier = Notifier(url)
         async with waiting("the notification listener"):
             await notifier.start()
         tracing.start()
         worker = None
         memory_jobs = None
+        graph_jobs = None
         if run_workers:
             deps = ExecutorDeps(
-                pool, graph, models, tools, settings, tracing, metrics, artifacts=artifacts
+                pool,
+                graph,
+                models,
+                tools,
+                settings,
+                tracing,
+                metrics,
+                artifacts=artifacts,
+                graphs=graphs,
             )
             worker = Worker(deps, notifier)
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
             await memory_jobs.start()
+            graph_jobs = LangGraphJobs(pool, graphs, notifier, settings)
+            await graph_jobs.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
             redact_url(url),
@@ -171,6 +188,7 @@ async def open_runtime(
                 store=store,
                 memory_jobs=memory_jobs,
                 artifacts=artifacts,
+                graphs=graphs,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:
@@ -179,6 +197,8 @@ async def open_runtime(
                 await asyncio.gather(housekeeping, return_exceptions=True)
             if memory_jobs is not None:
                 await memory_jobs.stop()
+            if graph_jobs is not None:
+                await graph_jobs.stop()
             if worker is not None:
                 await worker.stop()
             await tracing.stop()

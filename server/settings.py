@@ -257,3 +257,17 @@ class Settings(BaseSettings):
     partitions_ahead_days: int = Field(default=7, ge=1, le=90)
     # How long an erasure asked to cancel its runs waits for them to end before answering 409.
     erasure_cancel_wait_s: float = Field(default=15.0, ge=0)
+    # The LangGraph Agent Server API (docs/langgraph.md): the graphs of this `langgraph.json`
+    # run beside agentrt's own agent; None loads none. Browser origins allowed by CORS.
+    langgraph_config: Path | None = Path("langgraph.json")
+    cors_origins: Annotated[list[str], NoDecode] = []
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value

@@ -33,6 +33,7 @@ from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
+from server.langgraph_api.graphs import GraphRegistry
 from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.failures import describe_failure
@@ -61,6 +62,8 @@ class ExecutorDeps:
     metrics: Metrics
     # Where tools' artifacts are stored (docs/artifacts.md); None: runs have no artifacts.
     artifacts: Storage | None = None
+    # The graphs of langgraph.json, for runs started through the LangGraph API.
+    graphs: GraphRegistry | None = None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from server.events.projection import StreamProjector
 from server.events.snapshot import output_text, streaming_items
 from server.events.writer import EventWriter
 from server.ids import new_id
+from server.langgraph_api.attempt import GraphAttempt
 from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
@@ -66,7 +67,8 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
             },
         )
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
-    attempt = Attempt(deps, claim, handle, projector, emit, recorded)
+    kind = GraphAttempt if "langgraph" in run.options else Attempt
+    attempt = kind(deps, claim, handle, projector, emit, recorded)
     info = RunInfo(run.id, run.conversation_id, run.tenant_id, head.attempt)
     token = run_context.set({"run_id": run.id, "tenant_id": run.tenant_id})
     try:

@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool, retry_deadlocks
-from server.domain import ACTIVE, COUNTED, IN_PROGRESS, Run, RunStatus, status_in
+from server.domain import ACTIVE, COUNTED, IN_PROGRESS, TERMINAL, Run, RunStatus, status_in
 from server.errors import (
     ConversationBusyError,
     RunFinishedError,
@@ -544,3 +544,13 @@ async def mark_events_expired(conn: Conn, run_ids: list[str]) -> None:
         " AND events_expired_at IS NULL",
         (run_ids,),
     )
+
+
+async def delete_finished_run(conn: Conn, run_id: str) -> None:
+    """Delete a finished run's record and its events (the LangGraph API's run delete)."""
+    await conn.execute(
+        f"DELETE FROM run_events WHERE run_id = %s AND EXISTS (SELECT 1 FROM runs"
+        f" WHERE id = %s AND {status_in(TERMINAL)})",
+        (run_id, run_id),
+    )
+    await conn.execute(f"DELETE FROM runs WHERE id = %s AND {status_in(TERMINAL)}", (run_id,))

@@ -46,6 +46,7 @@ class Reply:
         drop_after_chunks: Stream that many chunks, then close the connection mid-body.
         malformed_after_chunks: Stream that many chunks, then an event that is not JSON.
         reasoning: A reasoning summary streamed as `reasoning_content` first.
+        delay_s: Wait this long before answering (a slow model).
     """
 
     text: str = "Hello from the fake model."
@@ -61,6 +62,7 @@ class Reply:
     malformed_after_chunks: int | None = None
     reasoning: str | None = None
     finish_reason: str | None = None
+    delay_s: float = 0.0
 
 
 def usage_block(
@@ -197,6 +199,8 @@ class FakeOpenAI:
         self.served.append(served)
         if reply.hang:
             await asyncio.Event().wait()
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
         if reply.status >= 400:
             await self._respond(writer, reply.status, {"error": reply.error or {}}, reply.headers)
             return

@@ -91,6 +91,15 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     ),
     (errors.EventsExpiredError("run_1", "2026-01-01"), 410, "events_expired", {"runId": "run_1"}),
     (errors.RunsActiveError("user u", ["run_1"], False), 409, "runs_active", {"runIds": "run_1"}),
+    (errors.AssistantNotFoundError("a1"), 404, "not_found", {}),
+    (errors.ThreadNotFoundError("t1"), 404, "not_found", {}),
+    (errors.LangGraphItemNotFoundError("run r1 not found"), 404, "not_found", {}),
+    (errors.ThreadExistsError("t1"), 409, "thread_exists", {}),
+    (errors.ThreadBusyError("t1", "run_1"), 409, "thread_busy", {"runId": "run_1"}),
+    (errors.UnknownGraphError("g"), 422, "unknown_graph", {}),
+    (errors.InvalidGraphRequestError("send input or command"), 422, "invalid_graph_request", {}),
+    (errors.AssistantExistsError("a1"), 409, "assistant_exists", {}),
+    (errors.AssistantReadOnlyError("a1"), 409, "assistant_read_only", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [

@@ -1,0 +1,142 @@
+"""One attempt at a run started through the LangGraph API, on any graph of `langgraph.json`.
+
+It is an `Attempt` (lease, deadline, drain, cancel and outcome are the same) whose graph,
+input and stream modes come from the run's `langgraph` options. Every stream part is stored
+as a `graph.chunk` event, so the API's SSE is a view of the run's durable log. A crashed
+attempt's successor resumes from the last checkpoint this run wrote (LangGraph records the
+run id in each checkpoint's metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt
+
+from graphs.events import EventType
+from nodes.models.usage import RunTotals, UsageMeter
+from server.agents.store import run_agent
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
+from server.errors import UnknownGraphError
+from server.events.projection import STREAM_MODES
+from server.langgraph_api.parts import StreamParts
+from server.langgraph_api.rollback import delete_run_checkpoints
+from server.langgraph_api.serde import to_json
+from server.langgraph_api.usage import UsageCallbackHandler
+from server.runs.attempt import Attempt, GraphInput
+from server.usage.budgets import run_budget
+
+
+class GraphAttempt(Attempt):
+    """An attempt whose graph and input are those of a LangGraph API run."""
+
+    async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
+        params: dict[str, Any] = self.run.options["langgraph"]
+        registry = self.deps.graphs
+        entry = registry.get(params["graph_id"]) if registry is not None else None
+        if registry is None or entry is None:
+            raise UnknownGraphError(params["graph_id"])
+        if not entry.own:  # the own agent's model caller meters its calls itself
+            callbacks = [*callbacks, self._usage_handler()]
+        config = self._graph_config(callbacks, params)
+        graph = await registry.compiled(entry, config)
+        thread: RunnableConfig = {"configurable": dict(config["configurable"])}
+        thread["configurable"].pop("checkpoint_id", None)
+        latest = await graph.aget_state(thread)
+        graph_input: GraphInput
+        # Resuming streams the checkpoint's values again; the log has them from before the crash.
+        replayed: Any = None
+        if (latest.metadata or {}).get("run_id") == self.run.id:
+            # An earlier attempt of this run checkpointed: continue from there.
+            if latest.interrupts or (not latest.next and not latest.tasks):
+                return latest.interrupts
+            graph_input, config = None, {**config, "configurable": thread["configurable"]}
+            replayed = to_json(latest.values)
+        else:
+            # `rollback`: the runs it interrupted (all finished by now) leave no checkpoint.
+            await delete_run_checkpoints(
+                self.deps.pool, self.run.conversation_id, params.get("rollback_runs") or []
+            )
+            graph_input = self._input(params)
+        context: Any = params.get("context")
+        parts = StreamParts(
+            params.get("stream_mode") or ["values"], bool(params.get("stream_subgraphs"))
+        )
+        modes: set[Any] = parts.astream_modes
+        if entry.own:
+            async with self.deps.pool.connection() as conn:
+                agent = await run_agent(conn, self.run.tenant_id, *self.run.agent)
+            context = await self._context(agent)
+            if isinstance(graph_input, dict):
+                graph_input = {**graph_input, "run_id": self.run.id, "step": 0}
+        async for ns, mode, chunk in graph.astream(
+            graph_input,
+            config,
+            context=context,
+            stream_mode=sorted(modes | (set(STREAM_MODES) if entry.own else set())),
+            subgraphs=True,
+            interrupt_before=params.get("interrupt_before"),
+            interrupt_after=params.get("interrupt_after"),
+            control=self.handle.control,
+            durability=params.get("durability") or "sync",
+        ):
+            if entry.own and not ns:
+                self.projector.handle(mode, chunk)
+            if mode == "values" and not ns and replayed is not None:
+                seen, replayed = replayed, None
+                if to_json(chunk) == seen:
+                    continue
+            for data in parts.payloads(ns, mode, chunk):
+                self.emit(EventType.GRAPH_CHUNK, data)
+        interrupts = (await graph.aget_state(thread)).interrupts
+        if interrupts:
+            self.emit(EventType.GRAPH_INTERRUPTED, {"interrupts": to_json(list(interrupts))})
+        return ()
+
+    def _usage_handler(self) -> UsageCallbackHandler:
+        budget = run_budget(self.run.options, self.deps.settings)
+        meter = UsageMeter(self.deps.models.pricer, budget, RunTotals.from_json(self.run.usage))
+        return UsageCallbackHandler(meter, self.emit, self.run.attempt)
+
+    def _input(self, params: dict[str, Any]) -> GraphInput:
+        command = params.get("command")
+        if command:
+            return Command(
+                resume=command.get("resume"),
+                update=command.get("update"),
+                goto=command.get("goto") or (),
+            )
+        return params.get("input")
+
+    def _graph_config(
+        self, callbacks: list[BaseCallbackHandler], params: dict[str, Any]
+    ) -> RunnableConfig:
+        given: dict[str, Any] = dict(params.get("config") or {})
+        configurable = {
+            **(given.get("configurable") or {}),
+            "thread_id": self.run.conversation_id,
+            FENCE_RUN: self.run.id,
+            FENCE_GENERATION: self.run.lease_generation,
+        }
+        if params.get("checkpoint_id"):
+            configurable["checkpoint_id"] = params["checkpoint_id"]
+        metadata = {
+            **(given.get("metadata") or {}),
+            **(params.get("metadata") or {}),
+            "run_id": self.run.id,
+            "graph_id": params["graph_id"],
+            "assistant_id": params.get("assistant_id"),
+        }
+        config: RunnableConfig = {
+            "configurable": configurable,
+            "metadata": metadata,
+            "callbacks": callbacks,
+        }
+        if given.get("tags"):
+            config["tags"] = list(given["tags"])
+        if given.get("recursion_limit"):
+            config["recursion_limit"] = int(given["recursion_limit"])
+        return config

@@ -1,0 +1,265 @@
+"""Request bodies of the LangGraph API, as the official SDK sends them (snake_case).
+
+Fields the SDK may send that agentrt does not use are accepted and ignored (`extra`), so a
+newer client keeps working; a field of the wrong type is refused with 422 naming it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Strings = list[str] | Literal["*"]
+
+
+class Body(BaseModel):
+    """A request body; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    def data(self) -> dict[str, Any]:
+        """Return the fields sent, without those left empty."""
+        return self.model_dump(exclude_none=True, mode="json")
+
+
+class RunConfig(Body):
+    """A run's `config`: what agentrt passes on to the graph."""
+
+    model_config = ConfigDict(extra="allow")
+
+    configurable: dict[str, Any] | None = None
+    tags: list[str] | None = None
+    recursion_limit: int | None = Field(None, ge=1, le=100_000)
+    metadata: dict[str, Any] | None = None
+
+
+class RunCommand(Body):
+    """`command`: resume an interrupt, update the state, go to nodes."""
+
+    resume: Any = None
+    update: Any = None
+    goto: str | list[str] | None = None
+
+
+class RunCreate(Body):
+    """A run: its assistant, input or command, and how it runs and streams."""
+
+    assistant_id: str = Field(min_length=1)
+    input: Any = None
+    command: RunCommand | None = None
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    interrupt_before: Strings | None = None
+    interrupt_after: Strings | None = None
+    checkpoint_id: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    if_not_exists: Literal["reject", "create"] | None = None
+    on_disconnect: Literal["cancel", "continue"] | None = None
+    on_completion: Literal["delete", "keep"] | None = None
+    webhook: str | None = Field(None, max_length=2048)
+    after_seconds: int | None = Field(None, ge=0)
+
+
+class ThreadCreate(Body):
+    """A new thread."""
+
+    thread_id: str | None = Field(None, min_length=1, max_length=200)
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] | None = None
+
+
+class ThreadPatch(Body):
+    """A thread's new metadata (merged)."""
+
+    metadata: dict[str, Any] | None = None
+
+
+class Page(Body):
+    """`limit` and `offset` of a listing."""
+
+    limit: int = Field(10, ge=0, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class ThreadSearch(Page):
+    """Which threads to list."""
+
+    metadata: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+
+
+class CheckpointRef(Body):
+    """A checkpoint of a thread."""
+
+    checkpoint_id: str | None = None
+    checkpoint_ns: str | None = None
+
+
+class StateAt(Body):
+    """Which checkpoint's state to read."""
+
+    checkpoint: CheckpointRef | None = None
+    subgraphs: bool | None = None
+
+
+class StateUpdate(Body):
+    """Values to write to a thread's state, as if `as_node` returned them."""
+
+    values: Any = None
+    as_node: str | None = None
+    checkpoint_id: str | None = None
+    checkpoint: CheckpointRef | None = None
+
+
+class HistoryQuery(Body):
+    """Which states of a thread to list."""
+
+    limit: int = Field(10, ge=1, le=1000)
+    before: str | CheckpointRef | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: CheckpointRef | None = None
+
+
+class Prune(Body):
+    """Threads to prune, and how."""
+
+    thread_ids: list[str] = Field(default_factory=list)
+    strategy: Literal["delete", "keep_latest"] = "delete"
+
+
+class CancelMany(Body):
+    """Runs to cancel: by id, or a thread's runs by status."""
+
+    run_ids: list[str] | None = None
+    thread_id: str | None = None
+    status: Literal["pending", "running", "all"] | None = None
+
+
+class AssistantCreate(Body):
+    """A new assistant of a graph."""
+
+    graph_id: str = Field(min_length=1)
+    assistant_id: str | None = Field(None, min_length=1, max_length=200)
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = Field(None, max_length=500)
+    description: str | None = None
+    if_exists: Literal["raise", "do_nothing"] | None = None
+
+
+class AssistantPatch(Body):
+    """The fields of an assistant's next version."""
+
+    graph_id: str | None = None
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = Field(None, max_length=500)
+    description: str | None = None
+
+
+class AssistantSearch(Page):
+    """Which assistants to list."""
+
+    graph_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class VersionQuery(Page):
+    """Which versions of an assistant to list."""
+
+    metadata: dict[str, Any] | None = None
+
+
+class LatestVersion(Body):
+    """The version of an assistant to use."""
+
+    version: int = Field(ge=1)
+
+
+class CronCreate(Body):
+    """A cron: a schedule and the run it starts."""
+
+    assistant_id: str = Field(min_length=1)
+    schedule: str = Field(min_length=1, max_length=200)
+    timezone: str | None = Field(None, max_length=100)
+    input: Any = None
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    interrupt_before: Strings | None = None
+    interrupt_after: Strings | None = None
+    webhook: str | None = Field(None, max_length=2048)
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    end_time: datetime | None = None
+    enabled: bool | None = None
+
+
+class CronPatch(Body):
+    """A cron's changes."""
+
+    schedule: str | None = Field(None, min_length=1, max_length=200)
+    timezone: str | None = Field(None, max_length=100)
+    input: Any = None
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    webhook: str | None = Field(None, max_length=2048)
+    end_time: datetime | None = None
+    enabled: bool | None = None
+
+
+class CronSearch(Page):
+    """Which crons to list."""
+
+    assistant_id: str | None = None
+    thread_id: str | None = None
+
+
+class StorePut(Body):
+    """An item to store."""
+
+    namespace: list[str] = Field(min_length=1)
+    key: str = Field(min_length=1, max_length=1000)
+    value: dict[str, Any]
+    index: Literal[False] | list[str] | None = None
+
+
+class StoreDelete(Body):
+    """An item to delete."""
+
+    namespace: list[str] = Field(min_length=1)
+    key: str = Field(min_length=1, max_length=1000)
+
+
+class StoreSearch(Page):
+    """Items to find under a namespace prefix, by filter and meaning."""
+
+    namespace_prefix: list[str] | None = None
+    filter: dict[str, Any] | None = None
+    query: str | None = Field(None, max_length=10_000)
+
+
+class NamespaceQuery(Page):
+    """Namespaces to list."""
+
+    limit: int = Field(100, ge=0, le=1000)
+    prefix: list[str] | None = None
+    suffix: list[str] | None = None
+    max_depth: int | None = Field(None, ge=1, le=100)

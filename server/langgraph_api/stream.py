@@ -1,0 +1,75 @@
+"""LangGraph's SSE over agentrt's durable event log.
+
+A run's `graph.chunk` events are its stream parts, so every stream can be joined or resumed
+with `Last-Event-ID` (the event's seq) at any time, during the run and after it: replay from
+the log, then follow it live. The first frame of a new stream is `metadata`; a failed run
+ends with `error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from graphs.events import TERMINAL_EVENTS, EventType
+from server.db.pool import Pool
+from server.domain import is_terminal
+from server.events.log import read_events
+from server.events.notify import Notifier
+
+
+def sse(event: str, data: object, seq: int | None = None) -> str:
+    """Format one SSE frame with an optional `id`."""
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+async def graph_stream(
+    pool: Pool,
+    notifier: Notifier,
+    run_id: str,
+    *,
+    after: int | None,
+    modes: set[str] | None,
+    heartbeat_s: float,
+    attempt: int = 1,
+    page: int = 1000,
+    stop: asyncio.Event | None = None,
+) -> AsyncIterator[str]:
+    """Yield the run's stream after event `after` (from the start with `metadata` if None)."""
+    if after is None:
+        yield sse("metadata", {"run_id": run_id, "attempt": attempt})
+    cursor = after or 0
+    with notifier.watch_run(run_id) as wake:
+        while stop is None or not stop.is_set():
+            wake.clear()  # before reading, so a commit during the read is not missed
+            async with pool.connection() as conn:
+                rows = await read_events(conn, run_id, cursor, page)
+                if not rows:
+                    cur = await conn.execute(
+                        "SELECT status, last_event_seq FROM runs WHERE id = %s", (run_id,)
+                    )
+                    run = await cur.fetchone()
+                    if run is None or is_terminal(run["status"]):
+                        return
+            for seq, kind, wire in rows:
+                cursor = seq
+                if kind == EventType.GRAPH_CHUNK:
+                    chunk = json.loads(wire)["data"]
+                    if modes is None or chunk["mode"] in modes:
+                        name = chunk["mode"] + (f"|{chunk['ns']}" if chunk["ns"] else "")
+                        yield sse(name, chunk["data"], seq)
+                elif kind == EventType.RUN_FAILED:
+                    data = json.loads(wire)["data"]
+                    error = {"error": data.get("errorType"), "message": data.get("message")}
+                    yield sse("error", error, seq)
+                    return
+                elif kind in TERMINAL_EVENTS:
+                    return
+            if rows:
+                continue
+            try:
+                await asyncio.wait_for(wake.wait(), heartbeat_s)
+            except TimeoutError:
+                yield ": heartbeat\n\n"

@@ -1,0 +1,152 @@
+"""LangGraph API resources through the official SDK: assistants, threads and the store.
+
+The graph is examples/tool_agent (langgraph.json); its model is the fake OpenAI server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
+
+from server.app import create_app
+from server.settings import Settings
+from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.live import serve
+
+pytestmark = pytest.mark.timeout(180)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def texts(values: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in values["messages"]]
+
+
+@pytest.fixture(scope="module")
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def model_env(fake: FakeOpenAI) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
+        env.setenv("OPENAI_API_KEY", "test-key")
+        yield
+
+
+@pytest.fixture(scope="module")
+async def url(settings: Settings, model_env: None) -> AsyncIterator[str]:
+    app_settings = settings.model_copy(update={"langgraph_config": ROOT / "langgraph.json"})
+    async with serve(create_app(app_settings)) as base:
+        yield base
+
+
+@pytest.fixture
+def client(url: str) -> LangGraphClient:
+    return get_client(url=url)
+
+
+async def test_store_put_get_and_semantic_search(client: LangGraphClient) -> None:
+    namespace = ["default", "notes"]
+    await client.store.put_item(namespace, "cat", {"text": "the cat sat on the mat"})
+    await client.store.put_item(namespace, "stocks", {"text": "stock prices rose sharply"})
+    item = await client.store.get_item(namespace, "cat")
+    assert item["value"] == {"text": "the cat sat on the mat"}
+    found = await client.store.search_items(namespace, query="a cat on a mat")
+    assert found["items"][0]["key"] == "cat"
+    listed = await client.store.list_namespaces(prefix=["default"])
+    assert ["default", "notes"] in listed["namespaces"]
+    await client.store.delete_item(namespace, "cat")
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        await client.store.get_item(namespace, "cat")
+    assert missing.value.response.status_code == 404
+
+
+async def test_thread_search_count_copy_and_if_exists(client: LangGraphClient) -> None:
+    thread = await client.threads.create(metadata={"team": "blue"})
+    again = await client.threads.create(thread_id=thread["thread_id"], if_exists="do_nothing")
+    assert again["thread_id"] == thread["thread_id"]
+    with pytest.raises(httpx.HTTPStatusError) as taken:
+        await client.threads.create(thread_id=thread["thread_id"])
+    assert taken.value.response.status_code == 409
+    found = await client.threads.search(metadata={"team": "blue"})
+    assert [t["thread_id"] for t in found] == [thread["thread_id"]]
+    assert await client.threads.count(metadata={"team": "blue"}) == 1
+    copied = await client.threads.copy(thread["thread_id"])
+    assert copied["metadata"]["team"] == "blue"
+
+
+async def test_assistants_are_created_versioned_and_used_by_runs(
+    client: LangGraphClient, fake: FakeOpenAI, url: str
+) -> None:
+    made = await client.assistants.create(
+        "tool_agent", context={"model": "m-v1"}, name="evening", metadata={"team": "night"}
+    )
+    assert made["version"] == 1 and made["graph_id"] == "tool_agent"
+    changed = await client.assistants.update(made["assistant_id"], context={"model": "m-v2"})
+    assert changed["version"] == 2 and changed["name"] == "evening"
+    versions = await client.assistants.get_versions(made["assistant_id"])
+    assert [v["version"] for v in versions] == [2, 1]
+    fake.script("m-v2", Reply(text="from version two"))
+    values = await client.runs.wait(None, made["assistant_id"], input=ask("hi"))
+    assert texts(values) == ["hi", "from version two"]
+    back = await client.assistants.set_latest(made["assistant_id"], 1)
+    assert back["context"] == {"model": "m-v1"}
+    found = await client.assistants.search(metadata={"team": "night"})
+    assert [a["assistant_id"] for a in found] == [made["assistant_id"]]
+    default = await client.assistants.get("tool_agent")
+    with pytest.raises(httpx.HTTPStatusError) as fixed:
+        await client.assistants.update(default["assistant_id"], name="renamed")
+    assert fixed.value.response.status_code == 409
+    await client.assistants.delete(made["assistant_id"])
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        await client.assistants.get(made["assistant_id"])
+    assert gone.value.response.status_code == 404
+
+
+async def test_an_assistant_of_the_own_agent_is_an_agent_profile(
+    client: LangGraphClient, url: str
+) -> None:
+    profile = {"name": "planner", "instructions": "You plan evenings.", "model": "demo"}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        assert (await http.post("/api/agents", json=profile)).status_code == 201
+        made = await client.assistants.create("agent", context={"agent": "planner"})
+        run = await client.runs.create(
+            None, made["assistant_id"], input={"messages": [{"role": "user", "content": "hi"}]}
+        )
+        await client.runs.join(run["thread_id"], run["run_id"])
+        created = (await http.get(f"/api/runs/{run['run_id']}/events")).text
+    assert '"agent":"planner@1"' in created.replace(" ", "")
+
+
+async def test_a_batch_of_runs_then_threads_pruned(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    fake.script("m-batch", Reply(text="a"), Reply(text="b"))
+    body = {"assistant_id": "tool_agent", "context": {"model": "m-batch"}}
+    runs = await client.runs.create_batch(
+        [{**body, "input": ask("one")}, {**body, "input": ask("two")}]
+    )
+    assert len({r["thread_id"] for r in runs}) == 2
+    for run in runs:
+        await client.runs.join(run["thread_id"], run["run_id"])
+    kept, gone = runs[0]["thread_id"], runs[1]["thread_id"]
+    assert len(await client.threads.get_history(kept, limit=50)) > 1
+    assert await client.threads.prune([kept], strategy="keep_latest") == {"pruned_count": 1}
+    history = await client.threads.get_history(kept, limit=50)
+    assert len(history) == 1 and len(history[0]["values"]["messages"]) == 2
+    assert await client.threads.prune([gone]) == {"pruned_count": 1}
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        await client.threads.get(gone)
+    assert missing.value.response.status_code == 404

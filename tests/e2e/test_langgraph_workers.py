@@ -1,0 +1,171 @@
+"""LangGraph API runs in worker processes: `kill -9` recovery, and crons claimed once.
+
+A graph of langgraph.json survives `kill -9` of its worker and streams what it would
+in-process; a cron polled by two workers starts one run per due time.
+
+The API runs in the test process without workers; runs execute in `agentrt worker` processes
+that reach the fake OpenAI server of this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph_sdk import get_client
+
+from server.app import create_app
+from server.db.pool import Pool
+from server.langgraph_api.serde import to_json
+from server.settings import Settings
+from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
+from tests.support.live import serve
+from tests.support.processes import WorkerProcess, worker_env, workers
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parents[2]
+SLOW_S = 120
+MODEL = "m-crash"
+CALL = Reply(text="", tool_calls=[FakeToolCall("check_weather", {"city": "Oslo"}, id="call_w1")])
+ANSWER = Reply(text="Sunny in Oslo: walk to dinner.", chunk_chars=5)
+# A lease long enough not to expire on a loaded machine, short enough for a quick recovery.
+WORKER_SETTINGS = {"lease_seconds": 10.0, "worker_poll_seconds": 0.5}
+MODES = ["values", "updates", "custom"]
+VOLATILE = {"id", "created", "system_fingerprint", "model_provider"}
+
+
+@pytest.fixture(scope="module")
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def model_env(fake: FakeOpenAI) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
+        env.setenv("OPENAI_API_KEY", "test-key")
+        yield
+
+
+@pytest.fixture(scope="module")
+async def url(settings: Settings, model_env: None) -> AsyncIterator[str]:
+    api = settings.model_copy(
+        update={"run_workers": False, "langgraph_config": ROOT / "langgraph.json"}
+    )
+    async with serve(create_app(api)) as base:
+        yield base
+
+
+def normalise(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: normalise(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, (list, tuple)):
+        return [normalise(v) for v in value]
+    return value
+
+
+async def in_process(fake: FakeOpenAI, graph_input: Any) -> list[Any]:
+    from examples.tool_agent.graph import builder
+
+    fake.script(MODEL, CALL, ANSWER)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "local"}}
+    return [
+        [mode, to_json(chunk)]
+        async for mode, chunk in graph.astream(
+            graph_input, config, stream_mode=MODES, context={"model": MODEL}
+        )
+    ]
+
+
+def _owns(worker: WorkerProcess, record: dict[str, Any]) -> bool:
+    assert worker.proc is not None
+    return f":{worker.proc.pid}:" in (record.get("leaseOwner") or "")
+
+
+def worker_env_for(database_url: str, fake: FakeOpenAI) -> dict[str, str]:
+    env = worker_env(database_url, langgraph_config=str(ROOT / "langgraph.json"), **WORKER_SETTINGS)
+    env.update(OPENAI_BASE_URL=f"{fake.url}/v1", OPENAI_API_KEY="test-key")
+    return env
+
+
+async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_stream(
+    url: str, fake: FakeOpenAI, database_url: str
+) -> None:
+    graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
+    expected = await in_process(fake, graph_input)
+    fake.reset()
+    # The killed worker's model call never answers; its successor gets the answer.
+    fake.script(MODEL, CALL, Reply(text="never", delay_s=60), ANSWER)
+    client = get_client(url=url)
+    async with (
+        workers(worker_env_for(database_url, fake), 2) as (a, b),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        tid = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(
+            tid, "tool_agent", input=graph_input, stream_mode=MODES, context={"model": MODEL}
+        )
+        async with asyncio.timeout(SLOW_S):
+            while len(fake.served_for(MODEL)) < 2:  # noqa: ASYNC110 (served in another process)
+                await asyncio.sleep(0.05)
+        record = (await http.get(f"/api/runs/{run['run_id']}")).json()
+        (a if _owns(a, record) else b).signal(signal.SIGKILL)
+        values = await client.runs.join(tid, run["run_id"])
+        parts = [p async for p in client.runs.join_stream(tid, run["run_id"])]
+        events = (await http.get(f"/api/runs/{run['run_id']}/events")).text
+    assert values["messages"][-1]["content"] == "Sunny in Oslo: walk to dinner."
+    assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
+    assert parts[0].event == "metadata"
+    served = [(x.reply.text, len(x.body["messages"])) for x in fake.served_for(MODEL)]
+    assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected), served
+    assert events.count("event: run.started") == 2 and "lease expired" in events
+
+
+async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
+    url: str, fake: FakeOpenAI, database_url: str, pool: Pool
+) -> None:
+    fake.script("m-cron", *[Reply(text=f"tick {n}") for n in range(40)])
+    client = get_client(url=url)
+    async with workers(worker_env_for(database_url, fake), 2) as (a, b):
+        cron = await client.crons.create(
+            "tool_agent",
+            schedule="* * * * * */2",  # every 2 s (seconds last)
+            input={"messages": [{"role": "user", "content": "tick"}]},
+            context={"model": "m-cron"},
+        )
+        async with asyncio.timeout(SLOW_S):
+            while len(await _firings(pool, cron["cron_id"])) < 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+        await client.crons.update(cron["cron_id"], enabled=False)
+        async with asyncio.timeout(SLOW_S):  # a firing claimed before that gets its run
+            while None in (await _firings(pool, cron["cron_id"])).values():  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+        firings = await _firings(pool, cron["cron_id"])
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM runs WHERE options -> 'langgraph' -> 'metadata' ->> 'cron_id' = %s",
+                (cron["cron_id"],),
+            )
+            runs = [r["id"] for r in await cur.fetchall()]
+        output = "\n".join(a.output + b.output)
+    assert sorted(runs) == sorted(firings.values())
+    # Each firing is a due time of the schedule (missed ones collapse into the next).
+    due = sorted(firings)
+    assert len(due) >= 4 and all(d.second % 2 == 0 and d.microsecond == 0 for d in due), due
+    assert "a poll failed" not in output and "could not be created" not in output
+
+
+async def _firings(pool: Pool, cron_id: str) -> dict[Any, str | None]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT due_at, run_id FROM lg_cron_firings WHERE cron_id = %s", (cron_id,)
+        )
+        return {r["due_at"]: r["run_id"] for r in await cur.fetchall()}
