@@ -136,6 +136,8 @@ USER_ERASERS: tuple[Eraser, ...] = (
         % "ANY(ARRAY(SELECT id FROM runs WHERE tenant_id = %(tenant)s AND user_id = %(user)s))",
     ),
     Eraser("artifacts", "artifacts", _BY_USER.format(table="artifacts")),
+    # The LangGraph API's crons of the user (their firings go with them).
+    Eraser("lg_crons", "lg_crons", _BY_USER.format(table="lg_crons")),
     Eraser("runs", "runs", custom=_user_runs),
     Eraser(
         "api_keys_revoked",
