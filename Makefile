@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run stop test lint format typecheck bench bench-quick chaos fuzz clean
+.PHONY: help install run stop test lint format typecheck bench bench-large bench-quick chaos fuzz clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ format: install ## Format the code
 
 bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.run
+
+bench-large: install ## Knowledge search at 1,000,000 chunks: build time, size, latency (long)
+	$(BIN)/python -m bench.run --only knowledge_large
 
 bench-quick: install ## A short version of the benchmarks; figures go to bench/results/ only
 	$(BIN)/python -m bench.run --quick

@@ -34,7 +34,10 @@ BENCHMARKS = [
     "subagents",
     "artifacts",
     "lifecycle",
+    "knowledge",
 ]
+# Run only when named (`make bench-large`): they take long and need much disk.
+LARGE = ["knowledge_large"]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 QUICK_DOC = Path(__file__).resolve().parent / "results" / "benchmarks-quick.md"
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the selected benchmarks and write their figures; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", nargs="*", default=BENCHMARKS, choices=BENCHMARKS)
+    parser.add_argument("--only", nargs="*", default=BENCHMARKS, choices=BENCHMARKS + LARGE)
     args = parser.parse_args(argv)
     stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {machine()}"
     print(stamp, flush=True)

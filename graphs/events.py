@@ -48,6 +48,7 @@ class EventType(StrEnum):
     SUBAGENT_COMPLETED = "subagent.completed"
     GRAPH_CHUNK = "graph.chunk"
     GRAPH_INTERRUPTED = "graph.interrupted"
+    RETRIEVAL_COMPLETED = "retrieval.completed"
 
 
 E = EventType
@@ -406,6 +407,23 @@ class SubagentCompleted(TypedDict):
     usage: dict[str, Any]
 
 
+class RetrievalCompleted(TypedDict):
+    """`retrieval.completed`: one knowledge retrieval's evidence record (docs/knowledge.md)."""
+
+    retrievalId: str
+    mode: str
+    query: str
+    rewrittenQuery: str | None
+    knowledgeBases: list[str]
+    denied: list[str]
+    topK: int
+    reranked: bool
+    chunks: list[dict[str, Any]]
+    used: list[str]
+    step: int | None
+    toolCallId: str | None
+
+
 # The payload of each event type; docs/events.md documents these fields (checked by a test).
 class GraphChunk(TypedDict):
     """`graph.chunk`: one part of a LangGraph stream of a run started through its API."""
@@ -453,6 +471,7 @@ PAYLOADS: dict[EventType, type] = {
     E.SUBAGENT_COMPLETED: SubagentCompleted,
     E.GRAPH_CHUNK: GraphChunk,
     E.GRAPH_INTERRUPTED: GraphInterrupted,
+    E.RETRIEVAL_COMPLETED: RetrievalCompleted,
 }
 
 
@@ -469,6 +488,7 @@ StreamEvent = (
     | ArtifactWritten
     | PlanUpdated
     | SkillLoaded
+    | RetrievalCompleted
 )
 # How nodes and tools emit an event: LangGraph's stream writer (`runtime.stream_writer`).
 Emit = Callable[[StreamEvent], None]

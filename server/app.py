@@ -30,6 +30,7 @@ from server.routes import (
     usage,
 )
 from server.routes import artifacts as artifact_routes
+from server.routes import knowledge as knowledge_routes
 from server.routes import lifecycle as lifecycle_routes
 from server.routes import memory as memory_routes
 from server.routes import skills as skills_routes
@@ -43,6 +44,7 @@ from skills.tools import load_skill, read_skill_resource
 from tools.artifacts.tools import artifact_tools
 from tools.builtin import builtin_tools, load_tool_modules
 from tools.delegate import delegate_tools
+from tools.knowledge.tools import knowledge_tools
 from tools.mcp import McpCatalog
 from tools.memory.tools import memory_tools
 from tools.plan.tool import update_plan
@@ -57,6 +59,7 @@ def default_tools(settings: Settings) -> list[BaseTool | ToolSpec]:
         *memory_tools(),
         *artifact_tools(),
         *delegate_tools(),
+        *knowledge_tools(),
         *load_tool_modules(settings.tool_modules),
         load_skill,
         read_skill_resource,
@@ -147,6 +150,8 @@ def create_app(
         lg_crons.router,
         lg_runs.router,
         lg_store.router,
+        knowledge_routes.router,
+        knowledge_routes.evidence_router,
     ):
         app.include_router(router)
     if settings.cors_origins:

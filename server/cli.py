@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from server.usage.registry import ModelRegistry
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory"}
+CLIENT = {"run", "runs", "approvals", "approve", "reject", "agents", "memory", "kb"}
 CLIENT |= {"artifacts", "skills", "users", "conversations", "audit"}
 
 

@@ -18,6 +18,7 @@ from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.events.sse import Feeds
+from server.knowledge.service import KnowledgeService
 from server.langgraph_api.auth import GraphAuth
 from server.langgraph_api.service import LangGraphService
 from server.memory.service import MemoryService
@@ -185,3 +186,12 @@ async def get_langgraph(request: Request) -> LangGraphService:
 
 
 LangGraphDep = Annotated[LangGraphService, Depends(get_langgraph)]
+
+
+async def get_knowledge_service(request: Request, who: PrincipalDep) -> KnowledgeService:
+    """Return the knowledge bases' service for the caller."""
+    state = request.app.state
+    return KnowledgeService(state.pool, state.settings, who, search=state.runtime.knowledge)
+
+
+KnowledgeDep = Annotated[KnowledgeService, Depends(get_knowledge_service)]

@@ -493,3 +493,56 @@ class AssistantReadOnlyError(ConflictError):
             f"assistant {assistant_id} is its graph's default and cannot change; create an"
             " assistant of the graph (POST /assistants) and change that one"
         )
+
+
+class KnowledgeForbiddenError(ForbiddenError):
+    """The caller's roles do not allow this on knowledge bases (the message names the role)."""
+
+
+class KnowledgeBaseNotFoundError(NotFoundError):
+    """No such knowledge base for the caller (another tenant's, or one their roles hide)."""
+
+    code = "knowledge_base_not_found"
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(
+            f"knowledge base {ref!r} not found; `GET /api/knowledge-bases` lists yours"
+        )
+
+
+class DocumentNotFoundError(NotFoundError):
+    """No such document in the knowledge base."""
+
+    code = "document_not_found"
+
+    def __init__(self, document_id: str) -> None:
+        super().__init__(f"document {document_id} not found in this knowledge base")
+
+
+class KnowledgeBaseExistsError(ConflictError):
+    """The tenant already has a knowledge base of this name."""
+
+    code = "knowledge_base_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"a knowledge base named {name!r} exists already; pick another name or delete it"
+        )
+
+
+class InvalidDocumentError(InvalidRequestError):
+    """A document the API cannot take: its type, size, or URL (the message says why)."""
+
+    code = "invalid_document"
+
+
+class InvalidKnowledgeBaseError(InvalidRequestError):
+    """A knowledge base's settings are refused (embedding model, chunking)."""
+
+    code = "invalid_knowledge_base"
+
+
+class UrlNotAllowedError(InvalidRequestError):
+    """A document URL whose host is not in AGENTRT_KNOWLEDGE_URL_ALLOWLIST."""
+
+    code = "url_not_allowed"

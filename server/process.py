@@ -25,6 +25,9 @@ from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
 from server.events.notify import Notifier
+from server.knowledge.jobs import KnowledgeJobs
+from server.knowledge.search import PostgresKnowledgeSearch
+from server.knowledge.setup import open_knowledge
 from server.langgraph_api.graphs import GraphRegistry, load_graphs
 from server.langgraph_api.jobs import LangGraphJobs
 from server.lifecycle.retention import apply_retention
@@ -59,6 +62,8 @@ class Runtime:
     memory_jobs: MemoryJobs | None = None
     artifacts: Storage | None = None
     graphs: GraphRegistry = field(default_factory=GraphRegistry)
+    knowledge: PostgresKnowledgeSearch | None = None
+    knowledge_jobs: KnowledgeJobs | None = None
     drain_grace_s: float = 20.0
     # Set on the first stop request: open event streams end so that clients reconnect
     # (with Last-Event-ID) to another server instead of holding this one up.
@@ -130,6 +135,9 @@ async def open_runtime(
                 store = await open_memory_store(pool, embedder, index_kind(settings, url))
         except MemoryConfigError as exc:
             raise StartupError(str(exc)) from exc
+        knowledge = await open_knowledge(
+            pool, settings, tracing=tracing, price=models.pricer, url=url
+        )
         # Nodes and tools reach the store through LangGraph's runtime (`get_store()`).
         graph = build_agent_graph().compile(checkpointer=checkpointer, store=store)
         artifacts = make_storage(settings)
@@ -143,6 +151,7 @@ async def open_runtime(
         worker = None
         memory_jobs = None
         graph_jobs = None
+        knowledge_jobs = None
         if run_workers:
             deps = ExecutorDeps(
                 pool,
@@ -154,6 +163,7 @@ async def open_runtime(
                 metrics,
                 artifacts=artifacts,
                 graphs=graphs,
+                knowledge=knowledge,
             )
             worker = Worker(deps, notifier)
             await worker.start()
@@ -161,6 +171,8 @@ async def open_runtime(
             await memory_jobs.start()
             graph_jobs = LangGraphJobs(pool, graphs, notifier, settings)
             await graph_jobs.start()
+            knowledge_jobs = KnowledgeJobs(pool, knowledge.embedders, settings)
+            await knowledge_jobs.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
             redact_url(url),
@@ -189,6 +201,8 @@ async def open_runtime(
                 memory_jobs=memory_jobs,
                 artifacts=artifacts,
                 graphs=graphs,
+                knowledge=knowledge,
+                knowledge_jobs=knowledge_jobs,
                 drain_grace_s=settings.drain_grace_s,
             )
         finally:
@@ -199,6 +213,8 @@ async def open_runtime(
                 await memory_jobs.stop()
             if graph_jobs is not None:
                 await graph_jobs.stop()
+            if knowledge_jobs is not None:
+                await knowledge_jobs.stop()
             if worker is not None:
                 await worker.stop()
             await tracing.stop()

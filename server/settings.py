@@ -271,3 +271,17 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    # Knowledge bases (docs/knowledge.md). Documents may be fetched by URL from these hosts
+    # only (and their subdomains); empty: adding by URL is refused.
+    knowledge_url_allowlist: list[str] = []
+    knowledge_max_document_bytes: int = Field(default=50 * 1_048_576, ge=1024)
+    # The chunks' vector index: `hnsw`, `flat` (exact scan), or `auto` as memory_index.
+    knowledge_index: Literal["auto", "hnsw", "flat"] = "auto"
+    knowledge_poll_seconds: float = Field(default=2.0, gt=0)
+    knowledge_lease_seconds: float = Field(default=60.0, gt=0)
+    knowledge_max_attempts: int = Field(default=5, ge=1)
+    # Chunks embedded and stored per step of an ingestion (its progress unit).
+    knowledge_batch_size: int = Field(default=64, ge=1, le=2048)
+    # A cross-encoder `/rerank` endpoint; unset: no reranking.
+    knowledge_rerank_url: str | None = None

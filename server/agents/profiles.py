@@ -176,6 +176,30 @@ class PlanSpec(_Spec):
         return self
 
 
+class KnowledgeSpec(_Spec):
+    """Knowledge bases and retrieval (docs/knowledge.md).
+
+    `mode`: `off` (no retrieval), `tool` (the `search_knowledge` tool), or `auto` (the tool,
+    and before every model call the `knowledge` section retrieves evidence for the message).
+    """
+
+    mode: Literal["off", "tool", "auto"] = "off"
+    knowledge_bases: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(
+        default_factory=list,
+        description="Knowledge bases (names) this agent searches; every one it may access "
+        "when empty.",
+    )
+    top_k: int = Field(default=5, ge=1, le=20, description="Chunks per automatic retrieval.")
+    min_score: float = Field(
+        default=0.0, ge=0.0, description="Automatic retrieval leaves out chunks scoring less."
+    )
+    rewrite_model: str | None = Field(
+        default=None,
+        description="A model that rewrites the message into a search query (auto mode); "
+        "the message itself when unset.",
+    )
+
+
 class AgentSpec(_Spec):
     """The body of a profile version (`POST /api/agents`, `agents/*.yaml`)."""
 
@@ -200,6 +224,7 @@ class AgentSpec(_Spec):
     skills: SkillsSpec = Field(default_factory=SkillsSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
     retrieval: dict[str, Any] = Field(default_factory=dict)
+    knowledge: KnowledgeSpec = Field(default_factory=KnowledgeSpec)
     context: ContextSpec = Field(default_factory=ContextSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
     max_steps: int | None = Field(default=None, ge=1, le=200)

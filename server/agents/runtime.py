@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from nodes.context.knowledge import KNOWLEDGE_SECTION
 from nodes.context.memory import MEMORY_SECTION
 from nodes.context.plan import PLAN_SECTION
 from nodes.context.sections import default_registry
@@ -26,6 +27,8 @@ from skills.library import SkillLibrary
 from skills.tools import SKILL_TOOLS
 from tools.config import TenantToolConfig
 from tools.delegate import DELEGATE_TOOL
+from tools.knowledge.search import KnowledgeAccess, KnowledgeSearch
+from tools.knowledge.tools import KNOWLEDGE_TOOLS
 from tools.ledger import PostgresToolLedger
 from tools.memory.tools import MEMORY_TOOLS
 from tools.plan.tool import PLAN_TOOLS
@@ -98,6 +101,35 @@ def memory_options(agent: AgentVersion, roles: Sequence[str]) -> dict[str, Any]:
     return {**memory.model_dump(), "tenant_write": may_write}
 
 
+def knowledge_access(
+    agent: AgentVersion,
+    search: KnowledgeSearch | None,
+    models: ModelRegistry,
+    caller: ResilientModelCaller,
+    roles: Sequence[str],
+) -> KnowledgeAccess | None:
+    """Return the run's knowledge access from its profile, None when knowledge is off."""
+    policy = agent.spec.knowledge
+    if policy.mode == "off" or search is None:
+        return None
+    rewriter = None
+    if policy.rewrite_model:
+        rewriter = without_streaming(models.caller(policy.rewrite_model), caller)
+    budget = agent.spec.context.budgets.get("knowledge", KNOWLEDGE_SECTION.budget or 800)
+    return KnowledgeAccess(
+        search=search,
+        profile=agent.name,
+        roles=frozenset(roles),
+        knowledge_bases=tuple(policy.knowledge_bases),
+        mode=policy.mode,
+        top_k=policy.top_k,
+        budget=budget,
+        rewrite_model=policy.rewrite_model,
+        min_score=policy.min_score,
+        rewriter=rewriter,
+    )
+
+
 def context_setup(
     agent: AgentVersion,
     model_id: str,
@@ -108,12 +140,14 @@ def context_setup(
     caller: ResilientModelCaller,
     roles: Sequence[str] = (),
     skills: SkillLibrary | None = None,
+    knowledge: KnowledgeSearch | None = None,
 ) -> ContextSetup:
     """Build the run's context setup from its profile version and model.
 
     `caller` is the run's model caller: summaries share its usage meter and budgets. `roles`
-    are the roles of the run's principal (they may allow writing the tenant's memories).
-    `skills` is the run's skill library (used when the profile allows skills).
+    are the roles of the run's principal (they may allow writing the tenant's memories, and
+    searching knowledge bases). `skills` is the run's skill library (used when the profile
+    allows skills); `knowledge` is the process's knowledge search.
     """
     spec = agent.spec
     summary = spec.context.summary
@@ -133,6 +167,9 @@ def context_setup(
         registry = registry.with_section(SKILLS_SECTION).with_section(LOADED_SKILLS_SECTION)
     if spec.plan.enabled:
         registry = registry.with_section(PLAN_SECTION)
+    access = knowledge_access(agent, knowledge, models, caller, roles)
+    if access is not None and access.mode == "auto":
+        registry = registry.with_section(KNOWLEDGE_SECTION)
     return ContextSetup(
         policy=spec.context.policy(),
         registry=registry,
@@ -152,6 +189,7 @@ def context_setup(
             "plan": spec.plan.model_dump(by_alias=True),
             "memory": memory_options(agent, roles),
             "retrieval": spec.retrieval,
+            "knowledge": access,
         },
     )
 
@@ -184,6 +222,8 @@ async def profile_toolbox(
     hidden: set[str] = set()
     if agent.spec.memory.mode == "off":
         hidden |= set(MEMORY_TOOLS)
+    if agent.spec.knowledge.mode == "off":
+        hidden |= set(KNOWLEDGE_TOOLS)
     if not agent.spec.skills.allowed:
         hidden |= set(SKILL_TOOLS)
     if not agent.spec.plan.enabled:

@@ -14,6 +14,7 @@ from server.client.agents import cmd_agents, render_context
 from server.client.artifacts import cmd_artifacts
 from server.client.errors import ClientError
 from server.client.follow import ClientConfig, Renderer, check, describe_event, follow, open_client
+from server.client.knowledge import cmd_kb
 from server.client.lifecycle import cmd_audit, cmd_conversations, cmd_users
 from server.client.memory import cmd_memory
 from server.client.skills import cmd_skills
@@ -179,4 +180,5 @@ CLIENT_COMMANDS: dict[
     "users": cmd_users,
     "conversations": cmd_conversations,
     "audit": cmd_audit,
+    "kb": cmd_kb,
 }

@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from server.client.artifacts import add_artifacts_parser
+from server.client.knowledge import add_kb_parser
 from server.client.lifecycle import add_lifecycle_parsers
 from server.client.memory import add_memory_parser
 from server.client.skills import add_skills_parser
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifacts_parser(sub, client)
     add_skills_parser(sub, client)
     add_lifecycle_parsers(sub, client)
+    add_kb_parser(sub, client)
 
     approvals = sub.add_parser("approvals", help="list tool calls waiting for a decision")
     approvals_sub = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")

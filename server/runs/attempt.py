@@ -44,6 +44,7 @@ from server.subagents.suspend import resume_value
 from server.subagents.usage import lowered_by_children
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
+from tools.knowledge.search import KnowledgeSearch
 from tools.registry import ToolRegistry
 
 GraphInput = dict[str, Any] | Command[Any] | None
@@ -64,6 +65,7 @@ class ExecutorDeps:
     artifacts: Storage | None = None
     # The graphs of langgraph.json, for runs started through the LangGraph API.
     graphs: GraphRegistry | None = None
+    knowledge: KnowledgeSearch | None = None
 
 
 @dataclass
@@ -280,6 +282,7 @@ class Attempt:
                 caller=caller,
                 roles=run.principal_roles,
                 skills=PostgresSkillLibrary(deps.pool, run.tenant_id, agent.spec.skills.allowed),
+                knowledge=deps.knowledge,
             ),
             artifacts=self._artifacts(),
         )

@@ -100,6 +100,13 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.InvalidGraphRequestError("send input or command"), 422, "invalid_graph_request", {}),
     (errors.AssistantExistsError("a1"), 409, "assistant_exists", {}),
     (errors.AssistantReadOnlyError("a1"), 409, "assistant_read_only", {}),
+    (errors.KnowledgeForbiddenError("needs knowledge-editor"), 403, "forbidden", {}),
+    (errors.KnowledgeBaseNotFoundError("kb_1"), 404, "knowledge_base_not_found", {}),
+    (errors.DocumentNotFoundError("doc_1"), 404, "document_not_found", {}),
+    (errors.KnowledgeBaseExistsError("handbook"), 409, "knowledge_base_exists", {}),
+    (errors.InvalidDocumentError("not UTF-8"), 422, "invalid_document", {}),
+    (errors.InvalidKnowledgeBaseError("unknown model"), 422, "invalid_knowledge_base", {}),
+    (errors.UrlNotAllowedError("host not allowed"), 422, "url_not_allowed", {}),
 ]
 # Errors the API never answers as they are: a 500 without their message.
 INTERNAL = [

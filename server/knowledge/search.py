@@ -1,0 +1,231 @@
+"""Hybrid search on Postgres: pgvector similarity and full-text search, fused by rank.
+
+One statement per search: the knowledge bases the caller may see (tenant, profile and role
+filters in SQL), then per embedding model the nearest chunks by cosine distance on
+half-precision vectors, the best full-text matches (`tsvector`, any query word), and fuzzy
+matches of document titles (`pg_trgm`), fused by reciprocal rank
+(docs/decisions/1400). A `retrieval` span goes into the run's trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from nodes.embeddings.embedder import Embedder, EmbeddingScope, embedding_scope
+from nodes.models.usage import Pricer
+from server.db.pool import Conn, Pool
+from server.knowledge.rerank import Reranker
+from server.memory.store import make_embedder
+from server.observability.tracing import Tracing
+from server.settings import Settings
+from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
+
+RRF_K = 60
+Method = Literal["hybrid", "vector", "text"]
+
+_ALLOWED = """
+SELECT id, name, embedding_model, dims FROM knowledge_bases
+WHERE tenant_id = %(tenant)s
+  AND (%(profile)s::text IS NULL OR cardinality(allowed_profiles) = 0
+       OR %(profile)s = ANY(allowed_profiles))
+  AND (cardinality(allowed_roles) = 0 OR allowed_roles && %(roles)s::text[]
+       OR 'admin' = ANY(%(roles)s::text[]))
+ORDER BY name
+"""
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """Return a vector as pgvector's text form."""
+    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
+
+
+def _filter_sql(filters: Mapping[str, str], params: dict[str, Any]) -> str:
+    if not filters:
+        return ""
+    params["filters"] = Jsonb(dict(filters))
+    return " AND c.metadata @> %(filters)s::jsonb"
+
+
+def hybrid_sql(
+    models: Sequence[tuple[int, int]],
+    *,
+    method: Method = "hybrid",
+    filters: str = "",
+) -> str:
+    """Return the fused search statement.
+
+    `models` are (index of the query vector parameter, dims) per embedding model; the chunks
+    of each are searched with their own query vector.
+    """
+    lists: list[str] = []
+    if method in ("hybrid", "vector"):
+        for i, dims in models:
+            distance = f"(c.embedding::halfvec({dims})) <=> %(vec{i})s::halfvec({dims})"
+            lists.append(
+                f"(SELECT c.id, 'v' AS list, row_number() OVER (ORDER BY {distance}) AS r"
+                f" FROM kb_chunks c WHERE c.kb_id = ANY(%(kbs{i})s) AND c.dims = {dims}{filters}"
+                f" ORDER BY {distance} LIMIT %(depth)s)"
+            )
+    if method in ("hybrid", "text"):
+        lists.append(
+            "(SELECT c.id, 't' AS list, row_number() OVER (ORDER BY ts_rank(c.tsv, q.q, 1) DESC)"
+            " AS r FROM kb_chunks c, q WHERE c.tsv @@ q.q AND c.kb_id = ANY(%(kbs)s)"
+            f"{filters} ORDER BY ts_rank(c.tsv, q.q, 1) DESC LIMIT %(depth)s)"
+        )
+    if method == "hybrid":
+        # Fuzzy names: documents whose title is (nearly) a word of the query, typos included.
+        lists.append(
+            "(SELECT c.id, 'n' AS list, row_number() OVER (ORDER BY t.sim DESC,"
+            " ts_rank(c.tsv, q.q, 1) DESC, c.position) AS r FROM (SELECT id,"
+            " word_similarity(title, %(text)s) AS sim FROM kb_documents"
+            " WHERE kb_id = ANY(%(kbs)s) AND title <%% %(text)s ORDER BY sim DESC LIMIT 3) t"
+            f" JOIN kb_chunks c ON c.document_id = t.id, q WHERE true{filters}"
+            " ORDER BY t.sim DESC, ts_rank(c.tsv, q.q, 1) DESC, c.position LIMIT %(names)s)"
+        )
+    union = "\nUNION ALL\n".join(lists)
+    return f"""
+WITH q AS (
+    SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(l), ' | '), '')) AS q
+    FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS l
+),
+ranked AS ({union}),
+fused AS (
+    SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s WHEN 't' THEN %(wt)s ELSE %(wn)s END
+            / ({RRF_K} + r)) AS score,
+        min(r) FILTER (WHERE list = 'v') AS vector_rank,
+        min(r) FILTER (WHERE list = 't') AS text_rank
+    FROM ranked GROUP BY id
+)
+SELECT c.id, c.kb_id, c.document_id, c.position, c.heading_path, c.page, c.text,
+    d.title, d.source_url, f.score, f.vector_rank, f.text_rank
+FROM fused f JOIN kb_chunks c ON c.id = f.id JOIN kb_documents d ON d.id = c.document_id
+ORDER BY f.score DESC, c.id LIMIT %(limit)s
+"""
+
+
+@dataclass
+class Embedders:
+    """One embedder per embedding model id, made from the settings on first use."""
+
+    settings: Settings
+    pool: Pool | None = None
+    tracing: Tracing | None = None
+    price: Pricer | None = None
+    _made: dict[str, Embedder] = field(default_factory=dict)
+
+    def get(self, model_id: str, dims: int | None = None) -> Embedder:
+        """Return the embedder of `model_id` (`provider:model`)."""
+        key = f"{model_id}/{dims}"
+        if key not in self._made:
+            update: dict[str, Any] = {"embedding_model": model_id}
+            if dims is not None:
+                update["embedding_dims"] = dims
+            self._made[key] = make_embedder(
+                self.settings.model_copy(update=update),
+                pool=self.pool,
+                tracing=self.tracing,
+                price=self.price,
+            )
+        return self._made[key]
+
+
+@dataclass
+class PostgresKnowledgeSearch:
+    """`KnowledgeSearch` on our pool (tools/knowledge/search.py)."""
+
+    pool: Pool
+    embedders: Embedders
+    tracing: Tracing | None = None
+    reranker: Reranker | None = None
+    depth: int = 40
+    # Reciprocal-rank weights of the vector, full-text and title lists.
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+
+    async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
+        """Return the best chunks of the knowledge bases `query` may search."""
+        started, clock = datetime.now(UTC), time.perf_counter()
+        async with self.pool.connection() as conn:
+            result = await self.search_on(conn, query, method=method)
+        if self.reranker is not None and result.hits:
+            result = await self.reranker.rerank(query.text, result)
+        if self.tracing is not None and query.run_id:
+            self.tracing.record_span(
+                query.run_id,
+                "retrieval",
+                started,
+                datetime.now(UTC),
+                {
+                    "agentrt.kind": "retrieval",
+                    "agentrt.knowledge_bases": ",".join(result.searched),
+                    "agentrt.hits": len(result.hits),
+                    "agentrt.top_k": query.top_k,
+                    "agentrt.reranked": result.reranked,
+                    "agentrt.search_ms": round((time.perf_counter() - clock) * 1000, 2),
+                },
+            )
+        return result
+
+    async def search_on(
+        self, conn: Conn, query: KnowledgeQuery, *, method: Method = "hybrid"
+    ) -> KnowledgeResult:
+        """Search on `conn` (benchmarks reuse one connection)."""
+        cur = await conn.execute(
+            _ALLOWED,
+            {"tenant": query.tenant_id, "profile": query.profile, "roles": list(query.roles)},
+        )
+        allowed = await cur.fetchall()
+        wanted = None if query.knowledge_bases is None else set(query.knowledge_bases)
+        bases = [b for b in allowed if wanted is None or b["name"] in wanted]
+        denied = sorted(wanted - {b["name"] for b in bases}) if wanted is not None else []
+        if not bases or not query.text.strip():
+            return KnowledgeResult([], [b["name"] for b in bases], denied)
+        by_model: dict[tuple[str, int], list[str]] = {}
+        for base in bases:
+            by_model.setdefault((base["embedding_model"], base["dims"]), []).append(base["id"])
+        params: dict[str, Any] = {
+            "text": query.text,
+            "kbs": [b["id"] for b in bases],
+            "depth": self.depth,
+            "names": 10,
+            "limit": query.top_k,
+            "wv": self.weights[0],
+            "wt": self.weights[1],
+            "wn": self.weights[2],
+        }
+        models: list[tuple[int, int]] = []
+        if method != "text":
+            scope = EmbeddingScope(query.tenant_id, None, query.run_id, "knowledge")
+            for i, ((model_id, dims), ids) in enumerate(by_model.items()):
+                with embedding_scope(scope):
+                    vector = await self.embedders.get(model_id, dims).aembed_query(query.text)
+                params[f"vec{i}"], params[f"kbs{i}"] = vector_literal(vector), ids
+                models.append((i, dims))
+        sql = hybrid_sql(models, method=method, filters=_filter_sql(query.filters, params))
+        cur = await conn.execute(sql, params)
+        rows = await cur.fetchall()
+        names = {b["id"]: b["name"] for b in bases}
+        hits = [
+            KnowledgeHit(
+                chunk_id=row["id"],
+                knowledge_base=names[row["kb_id"]],
+                document_id=row["document_id"],
+                title=row["title"],
+                position=row["position"],
+                heading_path=tuple(row["heading_path"] or ()),
+                page=row["page"],
+                source_url=row["source_url"],
+                text=row["text"],
+                score=float(row["score"]),
+                rank=rank,
+                vector_rank=row["vector_rank"],
+                text_rank=row["text_rank"],
+            )
+            for rank, row in enumerate(rows, start=1)
+        ]
+        return KnowledgeResult(hits, [b["name"] for b in bases], denied)
