@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from server.deps import LangGraphDep
 from server.langgraph_api.bodies import (
@@ -146,7 +146,10 @@ async def history(
 
 @router.get("/threads/{thread_id}/history")
 async def get_history(
-    lg: LangGraphDep, thread_id: str, limit: int = 10, before: str | None = None
+    lg: LangGraphDep,
+    thread_id: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    before: str | None = None,
 ) -> list[dict[str, Any]]:
     """Return the thread's states, newest first."""
     return await (await lg.threads("read")).history(thread_id, {"limit": limit, "before": before})

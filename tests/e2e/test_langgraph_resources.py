@@ -150,3 +150,11 @@ async def test_a_batch_of_runs_then_threads_pruned(
     with pytest.raises(httpx.HTTPStatusError) as missing:
         await client.threads.get(gone)
     assert missing.value.response.status_code == 404
+
+
+async def test_a_negative_history_limit_is_refused_with_422(url: str) -> None:
+    thread = await get_client(url=url).threads.create()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+        answer = await raw.get(f"/threads/{thread['thread_id']}/history", params={"limit": -1})
+    assert answer.status_code == 422, answer.text
+    assert "limit" in answer.text
