@@ -82,7 +82,8 @@ async def test_the_migration_keeps_every_event_in_daily_partitions(
     assert len(before) == 5000
 
     async with open_pool(old_database, settings) as pool:
-        assert await migrate(pool) == ["0019_partitions.sql"]
+        applied = await migrate(pool)
+    assert applied[0] == "0019_partitions.sql"  # and any later migration after it
 
     assert _dump(old_database) == before
     with psycopg.connect(old_database) as conn:
