@@ -74,7 +74,11 @@ async def configure_connection(conn: Conn) -> None:
     await conn.execute("SET max_parallel_workers_per_gather = 0")
     # A filtered HNSW search (one user's memories, one tenant's chunks) otherwise stops at the
     # index's first `ef_search` neighbours, most of them filtered out: too few results.
-    await conn.execute("SET hnsw.iterative_scan = strict_order")
+    try:
+        await conn.execute("SET hnsw.iterative_scan = strict_order")
+    except errors.Error:
+        # A pgvector before 0.8 preloaded by the server reserves `hnsw.*` and refuses it.
+        log.info("this database's pgvector has no iterative HNSW scans (pgvector 0.8+)")
 
 
 @asynccontextmanager
