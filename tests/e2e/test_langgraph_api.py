@@ -7,20 +7,16 @@ the same mode and the same scripted model, apart from ids and timestamps.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
-from server.app import create_app
 from server.langgraph_api.serde import to_json
-from server.settings import Settings
+from tests.support import langgraph_server
 from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
-from tests.support.live import serve
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,30 +41,11 @@ VOLATILE |= {"langgraph_checkpoint_ns", "checkpoint_ns", "langgraph_path", "pare
 VOLATILE |= {"created", "system_fingerprint", "model_provider", "graph_id", "assistant_id"}
 
 
-@pytest.fixture(scope="module")
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def model_env(fake: FakeOpenAI) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
-        env.setenv("OPENAI_API_KEY", "test-key")
-        yield
-
-
-@pytest.fixture(scope="module")
-async def url(settings: Settings, model_env: None) -> AsyncIterator[str]:
-    app_settings = settings.model_copy(update={"langgraph_config": ROOT / "langgraph.json"})
-    async with serve(create_app(app_settings)) as base:
-        yield base
-
-
-@pytest.fixture
-def client(url: str) -> LangGraphClient:
-    return get_client(url=url)
+# The shared server of these tests (tests/support/langgraph_server.py).
+fake = langgraph_server.fake
+model_env = langgraph_server.model_env
+url = langgraph_server.url
+client = langgraph_server.client
 
 
 def normalise(value: Any) -> Any:

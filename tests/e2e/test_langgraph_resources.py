@@ -5,7 +5,6 @@ The graph is examples/tool_agent (langgraph.json); its model is the fake OpenAI 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,8 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
-from server.app import create_app
-from server.settings import Settings
+from tests.support import langgraph_server
 from tests.support.fake_openai import FakeOpenAI, Reply
-from tests.support.live import serve
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,30 +28,11 @@ def texts(values: dict[str, Any]) -> list[str]:
     return [m["content"] for m in values["messages"]]
 
 
-@pytest.fixture(scope="module")
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def model_env(fake: FakeOpenAI) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
-        env.setenv("OPENAI_API_KEY", "test-key")
-        yield
-
-
-@pytest.fixture(scope="module")
-async def url(settings: Settings, model_env: None) -> AsyncIterator[str]:
-    app_settings = settings.model_copy(update={"langgraph_config": ROOT / "langgraph.json"})
-    async with serve(create_app(app_settings)) as base:
-        yield base
-
-
-@pytest.fixture
-def client(url: str) -> LangGraphClient:
-    return get_client(url=url)
+# The shared server of these tests (tests/support/langgraph_server.py).
+fake = langgraph_server.fake
+model_env = langgraph_server.model_env
+url = langgraph_server.url
+client = langgraph_server.client
 
 
 async def test_store_put_get_and_semantic_search(client: LangGraphClient) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
-from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
-from server.app import create_app
 from server.settings import Settings
+from tests.support import langgraph_server
 from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
 from tests.support.live import serve
 
@@ -64,30 +62,11 @@ def ask(text: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}]}
 
 
-@pytest.fixture(scope="module")
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def model_env(fake: FakeOpenAI) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
-        env.setenv("OPENAI_API_KEY", "test-key")
-        yield
-
-
-@pytest.fixture(scope="module")
-async def url(settings: Settings, model_env: None) -> AsyncIterator[str]:
-    app_settings = settings.model_copy(update={"langgraph_config": ROOT / "langgraph.json"})
-    async with serve(create_app(app_settings)) as base:
-        yield base
-
-
-@pytest.fixture
-def client(url: str) -> LangGraphClient:
-    return get_client(url=url)
+# The shared server of these tests (tests/support/langgraph_server.py).
+fake = langgraph_server.fake
+model_env = langgraph_server.model_env
+url = langgraph_server.url
+client = langgraph_server.client
 
 
 async def status_becomes(client: LangGraphClient, thread_id: str, run_id: str, want: str) -> None:
