@@ -20,6 +20,7 @@ from server.db.pool import Conn, Pool
 from server.domain import Run
 from server.errors import ArtifactNotFoundError, RangeNotSatisfiableError
 from server.runs.records import get_run
+from server.subagents.usage import subtree
 from server.timestamps import iso
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -42,23 +43,12 @@ class Download:
         return 206 if self.partial else 200
 
 
-_TREE = """
-WITH RECURSIVE tree AS (
-    SELECT id FROM runs WHERE id = %(run)s AND tenant_id = %(tenant)s
-    UNION ALL
-    SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id WHERE r.tenant_id = %(tenant)s
-)
-SELECT id FROM tree
-"""
-
-
 async def runs_in_listing(conn: Conn, run: Run) -> list[str]:
     """Return the runs whose artifacts a run's listing shows: the run and its descendants.
 
     What a subagent (a child run, at any depth) writes is part of its parent's work.
     """
-    cur = await conn.execute(_TREE, {"run": run.id, "tenant": run.tenant_id})
-    return [row["id"] for row in await cur.fetchall()]
+    return [row["id"] for row in await subtree(conn, run.id)]
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:

@@ -33,10 +33,15 @@ def add_totals(left: RunTotals, right: RunTotals) -> RunTotals:
     )
 
 
+async def subtree(conn: Conn, run_id: str) -> list[dict[str, Any]]:
+    """Return the run and all its descendants (subagents at any depth): `id` and `usage`."""
+    cur = await conn.execute(_SUBTREE, (run_id,))
+    return list(await cur.fetchall())
+
+
 async def tree_usage(conn: Conn, run_id: str) -> tuple[RunTotals, int]:
     """Return the totals of the run and all its descendants, and how many runs that is."""
-    cur = await conn.execute(_SUBTREE, (run_id,))
-    rows = await cur.fetchall()
+    rows = await subtree(conn, run_id)
     total = RunTotals()
     for row in rows:
         total = add_totals(total, RunTotals.from_json(row["usage"]))
