@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import InvalidUpdateError
 from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 from psycopg.types.json import Jsonb
@@ -232,9 +233,14 @@ class ThreadKeeper:
         checkpoint = body.get("checkpoint") or (
             {"checkpoint_id": body["checkpoint_id"]} if body.get("checkpoint_id") else None
         )
-        config = await graph.aupdate_state(
-            thread_config(thread_id, checkpoint), body.get("values"), as_node=body.get("as_node")
-        )
+        try:
+            config = await graph.aupdate_state(
+                thread_config(thread_id, checkpoint),
+                body.get("values"),
+                as_node=body.get("as_node"),
+            )
+        except InvalidUpdateError as exc:  # e.g. `as_node` names no node of the graph
+            raise InvalidGraphRequestError(f"cannot update the thread's state: {exc}") from exc
         return {"checkpoint": config["configurable"]}
 
     async def copy(self, thread_id: str) -> dict[str, Any]:
