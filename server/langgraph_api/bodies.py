@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_OFFSET = 1_000_000_000
+"""The largest `offset` a listing accepts: past it there is nothing to page through."""
+
 Strings = list[str] | Literal["*"]
 
 
@@ -65,7 +68,7 @@ class RunCreate(Body):
     on_disconnect: Literal["cancel", "continue"] | None = None
     on_completion: Literal["delete", "keep"] | None = None
     webhook: str | None = Field(None, max_length=2048)
-    after_seconds: int | None = Field(None, ge=0)
+    after_seconds: int | None = Field(None, ge=0, le=366 * 24 * 3600)
 
 
 class ThreadCreate(Body):
@@ -86,7 +89,7 @@ class Page(Body):
     """`limit` and `offset` of a listing."""
 
     limit: int = Field(10, ge=0, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 class ThreadSearch(Page):
@@ -187,7 +190,7 @@ class VersionQuery(Page):
 class LatestVersion(Body):
     """The version of an assistant to use."""
 
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=2**31 - 1)
 
 
 class CronCreate(Body):

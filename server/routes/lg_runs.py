@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
 from server.deps import LangGraphDep
-from server.langgraph_api.bodies import CancelMany, RunCreate
+from server.langgraph_api.bodies import MAX_OFFSET, CancelMany, RunCreate
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 
@@ -144,7 +144,7 @@ async def list_runs(
     lg: LangGraphDep,
     thread_id: str,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     status: str | None = None,
 ) -> list[dict[str, Any]]:
     """List the thread's runs, newest first."""

@@ -39,6 +39,9 @@ from server.runs.views import run_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
 
+MAX_SEQ = 2**63 - 1
+"""The largest event seq Postgres can store (bigint)."""
+
 _STREAM_DESCRIPTION = """Server-sent events, one frame per stored event, in `seq` order:
 
 ```
@@ -96,6 +99,8 @@ def _cursor(request: Request, after: int | None) -> int:
     # isdigit() alone admits non-ASCII digits such as '²', which int() refuses.
     if not (header.isascii() and header.isdigit()):
         raise BadRequestError(f"Last-Event-ID must be an event seq (an integer), got {header!r}")
+    if int(header) > MAX_SEQ:
+        raise BadRequestError(f"Last-Event-ID {header} is larger than any event seq ({MAX_SEQ})")
     return int(header)
 
 
@@ -120,7 +125,9 @@ async def get_events(
     metrics: MetricsDep,
     stopping: StoppingDep,
     who: PrincipalDep,
-    after: int | None = Query(None, ge=0, description="Replay events with seq > after."),
+    after: int | None = Query(
+        None, ge=0, le=MAX_SEQ, description="Replay events with seq > after."
+    ),
 ) -> StreamingResponse:
     """Stream the run's events as SSE: replay after the cursor, then live, until the end."""
     cursor = _cursor(request, after)

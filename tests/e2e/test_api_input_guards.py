@@ -157,7 +157,7 @@ async def test_nul_in_a_query_parameter_is_a_json_422(
     assert "NUL" in error["message"]
 
 
-@pytest.mark.parametrize("value", [b"\xb2", b"-1", b"1.5", b"seven"])
+@pytest.mark.parametrize("value", [b"\xb2", b"-1", b"1.5", b"seven", b"9" * 30])
 async def test_a_last_event_id_that_is_not_a_seq_is_a_json_400(
     client: httpx.AsyncClient, value: bytes
 ) -> None:

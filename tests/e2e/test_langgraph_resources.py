@@ -136,3 +136,21 @@ async def test_a_negative_history_limit_is_refused_with_422(url: str) -> None:
         answer = await raw.get(f"/threads/{thread['thread_id']}/history", params={"limit": -1})
     assert answer.status_code == 422, answer.text
     assert "limit" in answer.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/store/namespaces", {"offset": 10**29}),
+        ("/store/items/search", {"offset": 10**29}),
+        ("/threads/search", {"offset": 10**29}),
+        ("/assistants/search", {"offset": 10**29}),
+    ],
+)
+async def test_an_offset_beyond_any_listing_is_refused_with_422(
+    url: str, path: str, body: dict[str, int]
+) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+        answer = await raw.post(path, json=body)
+    assert answer.status_code == 422, answer.text
+    assert "offset" in answer.text
