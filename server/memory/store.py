@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.store.postgres import AsyncPostgresStore
-from langgraph.store.postgres.base import VECTOR_MIGRATIONS, PostgresIndexConfig
+from langgraph.store.postgres.base import PostgresIndexConfig
 from psycopg.conninfo import conninfo_to_dict
 
 from nodes.embeddings.embedder import (
@@ -28,6 +28,7 @@ from nodes.models.caller import ModelPolicy
 from nodes.models.usage import Pricer
 from server.db.pool import Pool, migration_lock
 from server.errors import MemoryConfigError
+from server.memory.flat import FlatMemoryStore
 from server.observability.tracing import Tracing
 from server.settings import Settings
 from server.usage.pricing import load_litellm
@@ -212,16 +213,6 @@ def index_kind(settings: Settings, url: str | None = None) -> str:
     return "hnsw"
 
 
-class _ExactStore(AsyncPostgresStore):
-    """The store without a vector index: exact scans.
-
-    The async `setup()` ignores a migration's condition (the sync one skips the index for
-    kind `flat`); the index migration, the last one, is left out here instead.
-    """
-
-    VECTOR_MIGRATIONS = [m for m in VECTOR_MIGRATIONS if m.condition is None]
-
-
 def index_config(embedder: Embedder, kind: str = "hnsw") -> PostgresIndexConfig:
     """The store's vector index: the `text` field, cosine distance, half-precision vectors.
 
@@ -258,7 +249,7 @@ async def open_memory_store(
     Raises:
         MemoryConfigError: the stored vectors have another size than the embedder's.
     """
-    cls = AsyncPostgresStore if kind == "hnsw" else _ExactStore
+    cls = AsyncPostgresStore if kind == "hnsw" else FlatMemoryStore
     store = cls(pool, index=index_config(embedder, kind))
     async with migration_lock(pool) as conn:
         await store.setup()
