@@ -26,7 +26,9 @@ from server.observability.tracing import Tracing
 from server.settings import Settings
 from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
 
-RRF_K = 60
+# Fusion tuned on bench/data/knowledge_eval.json (docs/decisions/1402): a smaller k favours
+# the top of each list; the lexical vector list counts for less than the full-text one.
+RRF_K = 20
 Method = Literal["hybrid", "vector", "text"]
 
 _ALLOWED = """
@@ -96,7 +98,8 @@ WITH q AS (
 ),
 ranked AS ({union}),
 fused AS (
-    SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s WHEN 't' THEN %(wt)s ELSE %(wn)s END
+    SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s::float8 WHEN 't' THEN %(wt)s::float8
+            ELSE %(wn)s::float8 END
             / ({RRF_K} + r)) AS score,
         min(r) FILTER (WHERE list = 'v') AS vector_rank,
         min(r) FILTER (WHERE list = 't') AS text_rank
@@ -145,7 +148,7 @@ class PostgresKnowledgeSearch:
     reranker: Reranker | None = None
     depth: int = 40
     # Reciprocal-rank weights of the vector, full-text and title lists.
-    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    weights: tuple[float, float, float] = (0.3, 1.0, 1.0)
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
