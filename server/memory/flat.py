@@ -3,8 +3,9 @@
 `AsyncPostgresStore` runs one statement per namespace, joining `store` to `store_vectors`
 and carrying every row's `value` through the sort. Recall searches two leaf namespaces (the
 user's and the tenant's shared memories), each a few thousand vectors at most, so here both
-are read in one statement: the vectors by the primary key's namespace prefix, sorted by
-exact half-precision cosine distance, and `store` joined for the top rows only
+are read in one statement: the vectors from a covering index on the namespace (an index-only
+scan of a few contiguous pages instead of a heap page per memory), sorted by exact
+half-precision cosine distance, and `store` joined for the top rows only
 (docs/decisions/1302).
 """
 
@@ -27,6 +28,12 @@ from psycopg.rows import DictRow
 
 # The last label of a memory namespace; nothing is stored below one (tools/memory/book.py).
 LEAF = "memories"
+
+# Created with the store's tables (server/memory/store.py) when there is no vector index.
+COVERING_INDEX = (
+    "CREATE INDEX IF NOT EXISTS store_vectors_prefix_cover ON store_vectors (prefix)"
+    " INCLUDE (key, embedding)"
+)
 
 FLAT_SEARCH = """
 SELECT s.prefix, s.key, s.value, s.created_at, s.updated_at, 1 - top.distance AS score,

@@ -28,7 +28,7 @@ from nodes.models.caller import ModelPolicy
 from nodes.models.usage import Pricer
 from server.db.pool import Pool, migration_lock
 from server.errors import MemoryConfigError
-from server.memory.flat import FlatMemoryStore
+from server.memory.flat import COVERING_INDEX, FlatMemoryStore
 from server.observability.tracing import Tracing
 from server.settings import Settings
 from server.usage.pricing import load_litellm
@@ -253,6 +253,8 @@ async def open_memory_store(
     store = cls(pool, index=index_config(embedder, kind))
     async with migration_lock(pool) as conn:
         await store.setup()
+        if kind != "hnsw":
+            await conn.execute(COVERING_INDEX)
         views = resources.files("server.memory").joinpath("views.sql").read_text("utf-8")
         for statement in views.split(";\n"):
             if "CREATE" in statement:  # one statement per call (no multi-statement prepare)
