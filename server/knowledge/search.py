@@ -59,14 +59,18 @@ def hybrid_sql(
     *,
     method: Method = "hybrid",
     filters: str = "",
+    probes: int | None = None,
 ) -> str:
     """Return the fused search statement.
 
     `models` are (index of the query vector parameter, dims) per embedding model; the chunks
-    of each are searched with their own query vector.
+    of each are searched with their own query vector. With `probes`, the vector list reads
+    the chunks of the nearest cells only (server/knowledge/cells.py; parameter `probes`).
     """
     lists: list[str] = []
-    if method in ("hybrid", "vector"):
+    if method in ("hybrid", "vector") and probes:
+        lists.extend(cell_list(i, filters) for i, _ in models)
+    elif method in ("hybrid", "vector"):
         for i, dims in models:
             distance = f"(c.embedding::halfvec({dims})) <=> %(vec{i})s::halfvec({dims})"
             lists.append(
@@ -112,6 +116,26 @@ ORDER BY f.score DESC, c.id LIMIT %(limit)s
 """
 
 
+def cell_list(i: int, filters: str = "") -> str:
+    """Return the vector list of model `i` read through the cells nearest its query vector.
+
+    Per knowledge base, the `probes` cells whose centroids are nearest the query; their chunks
+    come from the covering index `(kb_id, cell) INCLUDE (id, embedding)` and are ranked by
+    exact distance, with the chunks not yet in a cell (untrained bases) scanned exactly.
+    """
+    distance = f"c.embedding <=> %(vec{i})s::halfvec"
+    return (
+        f"(SELECT v.id, 'v' AS list, row_number() OVER (ORDER BY v.d, v.id) AS r FROM ("
+        f" SELECT c.id, {distance} AS d FROM unnest(%(kbs{i})s::text[]) AS b(kb_id)"
+        " CROSS JOIN LATERAL (SELECT k.kb_id, k.cell FROM kb_cells k WHERE k.kb_id = b.kb_id"
+        f" ORDER BY k.centroid <=> %(vec{i})s::halfvec LIMIT %(probes)s) p"
+        f" JOIN kb_chunks c ON c.kb_id = p.kb_id AND c.cell = p.cell WHERE true{filters}"
+        f" UNION ALL SELECT c.id, {distance} AS d FROM kb_chunks c"
+        f" WHERE c.kb_id = ANY(%(kbs{i})s) AND c.cell IS NULL{filters}"
+        ") v ORDER BY v.d, v.id LIMIT %(depth)s)"
+    )
+
+
 @dataclass
 class Embedders:
     """One embedder per embedding model id, made from the settings on first use."""
@@ -149,6 +173,9 @@ class PostgresKnowledgeSearch:
     depth: int = 40
     # Reciprocal-rank weights of the vector, full-text and title lists.
     weights: tuple[float, float, float] = (0.3, 1.0, 1.0)
+    # Cells probed per knowledge base (server/knowledge/cells.py); None: no cells (exact or
+    # HNSW).
+    probes: int | None = None
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
@@ -200,6 +227,7 @@ class PostgresKnowledgeSearch:
             "wv": self.weights[0],
             "wt": self.weights[1],
             "wn": self.weights[2],
+            "probes": self.probes,
         }
         models: list[tuple[int, int]] = []
         if method != "text":
@@ -209,7 +237,9 @@ class PostgresKnowledgeSearch:
                     vector = await self.embedders.get(model_id, dims).aembed_query(query.text)
                 params[f"vec{i}"], params[f"kbs{i}"] = vector_literal(vector), ids
                 models.append((i, dims))
-        sql = hybrid_sql(models, method=method, filters=_filter_sql(query.filters, params))
+        sql = hybrid_sql(
+            models, method=method, filters=_filter_sql(query.filters, params), probes=self.probes
+        )
         cur = await conn.execute(sql, params)
         rows = await cur.fetchall()
         names = {b["id"]: b["name"] for b in bases}

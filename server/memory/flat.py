@@ -97,8 +97,6 @@ class FlatMemoryStore(AsyncPostgresStore):
             for n, (idx, op) in enumerate(batch, start=1):
                 mine = [r for r in rows if r["op"] == n]
                 results[idx] = [
-                    _row_to_search_item(
-                        _decode_ns_bytes(r["prefix"]), r, loader=self._deserializer
-                    )
+                    _row_to_search_item(_decode_ns_bytes(r["prefix"]), r, loader=self._deserializer)
                     for r in mine[op.offset :]
                 ]
