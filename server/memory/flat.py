@@ -93,9 +93,9 @@ class FlatMemoryStore(AsyncPostgresStore):
                     "vec": "[" + ",".join(repr(float(x)) for x in vector) + "]",
                 },
             )
-            rows = cast(list[Row], await cur.fetchall())
+            rows: list[dict[str, Any]] = list(await cur.fetchall())
             for n, (idx, op) in enumerate(batch, start=1):
-                mine = [r for r in rows if r["op"] == n]
+                mine = [cast(Row, r) for r in rows if r["op"] == n]
                 results[idx] = [
                     _row_to_search_item(_decode_ns_bytes(r["prefix"]), r, loader=self._deserializer)
                     for r in mine[op.offset :]

@@ -18,10 +18,32 @@ from tools.knowledge.search import KnowledgeQuery
 
 pytestmark = pytest.mark.timeout(300)
 ADMIN = Principal("cellco", "ann", frozenset({"admin"}))
-WORDS = (
-    "reactor cooling pump valve turbine steam pressure alarm shift manual audit filter "
-    "coffee train hotel invoice budget meeting python backup deploy rust garden bicycle"
-).split()
+WORDS = [
+    "reactor",
+    "cooling",
+    "pump",
+    "valve",
+    "turbine",
+    "steam",
+    "pressure",
+    "alarm",
+    "shift",
+    "manual",
+    "audit",
+    "filter",
+    "coffee",
+    "train",
+    "hotel",
+    "invoice",
+    "budget",
+    "meeting",
+    "python",
+    "backup",
+    "deploy",
+    "rust",
+    "garden",
+    "bicycle",
+]
 QUERIES = ("cooling pump pressure", "hotel invoice budget", "python deploy backup", "garden")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from langgraph.store.base import SearchItem, SearchOp
@@ -41,6 +41,10 @@ def ops(query: str, limit: int, offset: int = 0) -> list[SearchOp]:
     ]
 
 
+async def found(store: AsyncPostgresStore, batch: list[SearchOp]) -> list[list[SearchItem]]:
+    return cast(list[list[SearchItem]], await store.abatch(batch))
+
+
 def inner(items: list[SearchItem]) -> dict[Any, Any]:
     """The items scored between the first and the last (ties at a cut may fall either way)."""
     ends = {round(items[0].score or 0.0, 5), round(items[-1].score or 0.0, 5)} if items else set()
@@ -57,14 +61,16 @@ async def test_flat_search_returns_what_langgraphs_exact_search_returns(
         pool, index=index_config(make_embedder(settings, pool=pool), "flat")
     )
     for query in ("dark mode at work", "tea or travel", "number 17"):
-        ours = await flat.abatch(ops(query, limit, offset))
-        theirs = await reference.abatch(ops(query, limit, offset))
+        ours = await found(flat, ops(query, limit, offset))
+        theirs = await found(reference, ops(query, limit, offset))
         assert len(ours) == 2
         for a, b in zip(ours, theirs, strict=True):
             assert [i.score for i in a] == pytest.approx([i.score for i in b], abs=1e-6)
             assert inner(a) == inner(b)
             if limit == 200:
-                assert {(i.key, i.value["text"]) for i in a} == {(i.key, i.value["text"]) for i in b}
+                assert {(i.key, i.value["text"]) for i in a} == {
+                    (i.key, i.value["text"]) for i in b
+                }
         if limit == 200:  # candidates cover everything: every memory of both namespaces
             assert [len(a) for a in ours] == [30, 30]
 
@@ -72,11 +78,12 @@ async def test_flat_search_returns_what_langgraphs_exact_search_returns(
 async def test_filtered_and_prefix_searches_still_go_through_langgraph(
     flat: AsyncPostgresStore,
 ) -> None:
-    [filtered, tenant_wide] = await flat.abatch(
+    [filtered, tenant_wide] = await found(
+        flat,
         [
             SearchOp(namespace("flatco", "user", "u2"), {"kind": "preference"}, 3, 0, "rust"),
             SearchOp(("flatco",), None, 500, 0, "rust"),
-        ]
+        ],
     )
     assert len(filtered) == 3
     assert len(tenant_wide) == 120
@@ -86,7 +93,10 @@ async def test_the_flat_plan_reads_vectors_by_namespace_and_joins_the_store_for_
     pool: Pool, flat: AsyncPostgresStore
 ) -> None:
     vector = await flat.embeddings.aembed_query("dark mode")  # type: ignore[union-attr]
-    prefixes = [".".join(namespace("flatco", "user", "u1")), ".".join(namespace("flatco", "tenant"))]
+    prefixes = [
+        ".".join(namespace("flatco", "user", "u1")),
+        ".".join(namespace("flatco", "tenant")),
+    ]
     async with pool.connection() as conn:
         # A few dozen rows: make the planner show the path it takes on large stores.
         await conn.execute("SET enable_seqscan = off")
