@@ -87,6 +87,18 @@ def embedding_backend(settings: Settings) -> EmbeddingBackend:
     return LexicalBackend(dims)
 
 
+# The row is written before the embedding's caller goes on, but its commit does not wait
+# for the WAL flush (a few ms, more on a busy disk): it survives a crash of this process and
+# is lost only if Postgres itself crashes within about a second (docs/decisions/1302).
+_LEDGER_ROW = """
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO embedding_calls (id, tenant_id, user_id, run_id, purpose, provider, model,
+    model_id, inputs, input_tokens, cost, price_source, status, error_class, attempts,
+    latency_ms)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM relaxed
+"""
+
+
 class EmbeddingLedger:
     """Write every embedding request to `embedding_calls`, and a span into its run's trace."""
 
@@ -101,10 +113,7 @@ class EmbeddingLedger:
         try:
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    "INSERT INTO embedding_calls (id, tenant_id, user_id, run_id, purpose, "
-                    "provider, model, model_id, inputs, input_tokens, cost, price_source, status,"
-                    " error_class, attempts, latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-                    " %s, %s, %s, %s, %s, %s, %s, %s)",
+                    _LEDGER_ROW,
                     (
                         call.call_id,
                         scope.tenant_id if scope else None,

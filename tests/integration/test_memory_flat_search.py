@@ -9,11 +9,12 @@ import pytest
 from langgraph.store.base import SearchItem, SearchOp
 from langgraph.store.postgres import AsyncPostgresStore
 
+from nodes.embeddings.embedder import EmbeddingScope, embedding_scope
 from server.db.pool import Pool
 from server.memory.flat import FLAT_SEARCH, FlatMemoryStore
 from server.memory.store import index_config, make_embedder, open_memory_store
 from server.settings import Settings
-from tools.memory.book import Memory, MemoryBook, namespace, new_id
+from tools.memory.book import Memory, MemoryBook, RecallPolicy, namespace, new_id
 
 pytestmark = pytest.mark.timeout(300)
 TOPICS = ("dark mode", "metric units", "weekly report", "train travel", "green tea", "rust")
@@ -114,3 +115,29 @@ async def test_the_flat_plan_reads_vectors_by_namespace_and_joins_the_store_for_
     # The store's rows are joined above the cut to the top rows, not carried through the sort.
     assert plan.index("Limit") < plan.index("store_vectors_prefix_cover"), plan
     assert plan.index("store_pkey") > plan.index("store_vectors_prefix_cover"), plan
+
+
+async def test_recall_records_its_embedding_in_the_ledger_with_a_commit_that_stays_local(
+    pool: Pool, flat: AsyncPostgresStore
+) -> None:
+    with embedding_scope(EmbeddingScope("flatco", "u1", None, "recall")):
+        await MemoryBook(flat).recall("flatco", "u1", "green tea please", RecallPolicy())
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tenant_id, user_id, run_id, purpose, model_id, inputs, input_tokens, cost,"
+            " status, attempts, latency_ms FROM embedding_calls WHERE purpose = 'recall'"
+        )
+        rows = await cur.fetchall()
+        # The relaxed commit is the ledger statement's own, not the pooled connection's.
+        cur = await conn.execute("SHOW synchronous_commit")
+        assert (await cur.fetchone())["synchronous_commit"] == "on"
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["tenant_id"], row["user_id"], row["run_id"]) == ("flatco", "u1", None)
+    assert (row["model_id"], row["inputs"], row["status"], row["attempts"]) == (
+        "lexical:v1",
+        1,
+        "ok",
+        1,
+    )
+    assert row["input_tokens"] > 0 and row["latency_ms"] >= 0
