@@ -22,6 +22,7 @@ from bench.common import Figures, met, run_async, stat_line
 from nodes.embeddings.lexical import lexical_vector
 from server.auth import Principal
 from server.db.pool import Pool, migrate, open_pool
+from server.knowledge.cells import train_cells
 from server.knowledge.jobs import KnowledgeJobs
 from server.knowledge.search import Method, PostgresKnowledgeSearch, hybrid_sql, vector_literal
 from server.knowledge.service import KnowledgeService
@@ -139,27 +140,67 @@ async def seed(pool: Pool, settings: Settings, name: str, count: int, rng: rando
 
 
 async def latency(
-    pool: Pool, search: PostgresKnowledgeSearch, name: str, queries: int
+    pool: Pool, search: PostgresKnowledgeSearch, name: str, queries: int, method: Method = "hybrid"
 ) -> tuple[list[float], str]:
-    """Time `queries` hybrid searches of knowledge base `name`; return them and the plan."""
+    """Time `queries` searches of knowledge base `name`; return them and the plan."""
     questions = [q["question"] for q in load_eval()["questions"]]
     timings = []
     async with pool.connection() as conn:
         for i in range(queries + 10):
             query = KnowledgeQuery(questions[i % len(questions)], TENANT, knowledge_bases=[name])
             began = time.perf_counter()
-            await search.search_on(conn, query)
+            await search.search_on(conn, query, method=method)
             if i >= 10:  # the first calls warm the caches
                 timings.append(time.perf_counter() - began)
         cur = await conn.execute("SELECT id, dims FROM knowledge_bases WHERE name = %s", (name,))
         kb = await cur.fetchone()
         assert kb is not None
         vec = vector_literal(lexical_vector("climate of Norway", kb["dims"]))
-        params = {"text": "climate of Norway", "kbs": [kb["id"]], "kbs0": [kb["id"]]}
-        params |= {"vec0": vec, "depth": 40, "names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1}
-        cur = await conn.execute("EXPLAIN " + hybrid_sql([(0, kb["dims"])]), params)
+        params: dict[str, Any] = {"text": "climate of Norway", "kbs": [kb["id"]]}
+        params |= {
+            "kbs0": [kb["id"]],
+            "vec0": vec,
+            "depth": 40,
+            "names": 10,
+            "limit": 5,
+            "wv": 1,
+            "wt": 1,
+            "wn": 1,
+        }
+        params |= {"probes": search.probes}
+        sql = hybrid_sql([(0, kb["dims"])], method=method, probes=search.probes)
+        cur = await conn.execute("EXPLAIN " + sql, params)
         plan = "\n".join(str(r["QUERY PLAN"]) for r in await cur.fetchall())
     return timings, plan
+
+
+async def cell_recall(pool: Pool, search: PostgresKnowledgeSearch, name: str) -> float:
+    """Return the mean share of the exact vector list's 40 chunks the cell search finds."""
+    exact = PostgresKnowledgeSearch(pool, search.embedders, probes=None)
+    shares = []
+    async with pool.connection() as conn:
+        for q in load_eval()["questions"]:
+            query = KnowledgeQuery(q["question"], TENANT, knowledge_bases=[name], top_k=40)
+            want = {h.chunk_id for h in (await exact.search_on(conn, query, method="vector")).hits}
+            got = {h.chunk_id for h in (await search.search_on(conn, query, method="vector")).hits}
+            shares.append(len(want & got) / max(1, len(want)))
+    return sum(shares) / len(shares)
+
+
+async def train(pool: Pool, name: str) -> float:
+    """Train the cells of knowledge base `name` as the ingestion jobs would; return seconds."""
+    began = time.perf_counter()
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT id FROM knowledge_bases WHERE name = %s", (name,))
+        kb = await cur.fetchone()
+        assert kb is not None
+        await train_cells(conn, kb["id"])
+    seconds = time.perf_counter() - began
+    async with pool.connection() as conn:
+        # Autovacuum would get here on its own; index-only scans need the visibility map.
+        await conn.execute("VACUUM (ANALYZE) kb_chunks")
+        await conn.execute("ANALYZE kb_cells")
+    return seconds
 
 
 def add_scale(figures: Figures, count: int, seconds: float, timings: list[float]) -> None:
@@ -203,8 +244,19 @@ async def measure(database_url: str, quick: bool, figures: Figures) -> None:
         for count in (10_000,) if quick else (10_000, 100_000):
             name = f"scale{count}"
             seconds = await seed(pool, settings, name, count, rng)
+            if kind == "ivf":
+                trained = await train(pool, name)
+                share = await cell_recall(pool, search, name)
+                figures.add(
+                    f"- {count:,} chunks: cells trained in {trained:.0f} s; the vector list "
+                    f"(40 chunks, {search.probes} cells probed) holds {share:.0%} of the exact "
+                    "scan's 40 on the evaluation questions"
+                )
             timings, plan = await latency(pool, search, name, 100 if quick else 300)
             add_scale(figures, count, seconds, timings)
+            for method in ("vector", "text"):
+                alone, _ = await latency(pool, search, name, 50 if quick else 100, method)
+                figures.add(f"  - {method} list alone: {stat_line(alone)}")
         figures.add("")
         figures.add("The plan of the largest search:")
         figures.add("")

@@ -12,7 +12,7 @@ import resource
 import time
 
 from bench.common import Figures, run_async
-from bench.knowledge import add_scale, latency, seed, settings_for
+from bench.knowledge import add_scale, latency, seed, settings_for, train
 from server.db.pool import migrate, open_pool
 from server.knowledge.setup import ensure_indexes, knowledge_index_kind, open_knowledge
 
@@ -33,6 +33,8 @@ async def measure(database_url: str, quick: bool, figures: Figures) -> None:
             began = time.perf_counter()
             await ensure_indexes(pool, [settings.embedding_dims])
             built = time.perf_counter() - began
+        elif kind == "ivf":
+            built = await train(pool, "large")
         timings, _ = await latency(pool, search, "large", 30)
         async with pool.connection() as conn:
             cur = await conn.execute(
@@ -51,7 +53,11 @@ async def measure(database_url: str, quick: bool, figures: Figures) -> None:
     figures.add("")
     figures.add(
         f"- build: seeding (COPY, embeddings computed) {seconds:.0f} s"
-        + (f", HNSW index {built:.0f} s" if kind == "hnsw" else "; no vector index to build")
+        + (
+            f", {'HNSW index' if kind == 'hnsw' else 'cells trained'} {built:.0f} s"
+            if kind in ("hnsw", "ivf")
+            else "; no vector index to build"
+        )
     )
     figures.add(
         f"- size: chunks table {size['total'] / mib:,.0f} MiB in all (heap "

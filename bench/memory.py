@@ -21,6 +21,7 @@ from nodes.context.tokens import counter_for
 from nodes.embeddings.lexical import lexical_vector
 from server.db.pool import migrate, open_pool
 from server.memory.extraction import EXTRACTION_PROMPT, SAVE_MEMORIES, render_request
+from server.memory.flat import FLAT_SEARCH, FlatMemoryStore
 from server.memory.store import index_kind, make_embedder, open_memory_store
 from server.settings import Settings
 from tools.memory.book import Memory, MemoryBook, RecallPolicy, namespace
@@ -112,7 +113,9 @@ async def seed(settings: Settings, count: int, rng: random.Random) -> float:
                             (prefix, key, "text", "[" + ",".join(f"{v:.5f}" for v in vector) + "]")
                         )
             await conn.execute("ANALYZE store")
-            await conn.execute("ANALYZE store_vectors")
+            # Autovacuum's insert threshold would get here on its own; the index-only scans of
+            # the flat search need the visibility map it sets.
+            await conn.execute("VACUUM (ANALYZE) store_vectors")
         return time.perf_counter() - began
 
 
@@ -133,16 +136,20 @@ async def recall_latency(
             if i >= 10:  # the first calls warm the caches
                 timings.append(time.perf_counter() - began)
         vector = await embedder.aembed_query("dark mode editor")
+        prefix = ".".join(namespace(TENANT, "user", "u1"))
         async with pool.connection() as conn:
-            # The namespace condition `AsyncPostgresStore` writes: the namespace or below it.
-            prefix = ".".join(namespace(TENANT, "user", "u1"))
-            cur = await conn.execute(
-                "EXPLAIN SELECT s.key FROM store s JOIN store_vectors sv"
-                " ON s.prefix = sv.prefix AND s.key = sv.key"
-                " WHERE (s.prefix = %s OR s.prefix LIKE %s)"
-                " ORDER BY sv.embedding <=> %s::halfvec LIMIT 49",
-                (prefix, prefix + ".%", str(vector)),
-            )
+            if isinstance(store, FlatMemoryStore):
+                shared = ".".join(namespace(TENANT, "tenant"))
+                params = {"prefixes": [prefix, shared], "limits": [15, 15], "vec": str(vector)}
+                cur = await conn.execute("EXPLAIN " + FLAT_SEARCH, params)
+            else:  # the namespace condition `AsyncPostgresStore` writes: it or below it
+                cur = await conn.execute(
+                    "EXPLAIN SELECT s.key FROM store s JOIN store_vectors sv"
+                    " ON s.prefix = sv.prefix AND s.key = sv.key"
+                    " WHERE (s.prefix = %s OR s.prefix LIKE %s)"
+                    " ORDER BY sv.embedding <=> %s::halfvec LIMIT 49",
+                    (prefix, prefix + ".%", str(vector)),
+                )
             plan = "\n".join(r["QUERY PLAN"] for r in await cur.fetchall())
     return timings, plan
 
@@ -200,8 +207,14 @@ def main(database_url: str, quick: bool) -> Figures:
         f"- recall (embed + search the user's and the shared memories + rank): {stat_line(timings)}"
     )
     figures.add(f"- target p95 under 20 ms: {met(p95 < 0.020)}")
-    uses = "store_vectors_embedding_idx" in plan
-    figures.add(f"- the search plan {'uses' if uses else 'does not use'} the HNSW index:")
+    if kind == "hnsw":
+        uses = "store_vectors_embedding_idx" in plan
+        figures.add(f"- the search plan {'uses' if uses else 'does not use'} the HNSW index:")
+    else:
+        figures.add(
+            "- the flat search's plan (both namespaces in one statement; vectors read by an"
+            " index-only scan of the covering index, the store joined for the top rows):"
+        )
     figures.add("")
     figures.add("```")
     for line in plan.splitlines():

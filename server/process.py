@@ -171,7 +171,9 @@ async def open_runtime(
             await memory_jobs.start()
             graph_jobs = LangGraphJobs(pool, graphs, notifier, settings)
             await graph_jobs.start()
-            knowledge_jobs = KnowledgeJobs(pool, knowledge.embedders, settings)
+            knowledge_jobs = KnowledgeJobs(
+                pool, knowledge.embedders, settings, cells=knowledge.probes is not None
+            )
             await knowledge_jobs.start()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",

@@ -276,8 +276,9 @@ class Settings(BaseSettings):
     # only (and their subdomains); empty: adding by URL is refused.
     knowledge_url_allowlist: list[str] = []
     knowledge_max_document_bytes: int = Field(default=50 * 1_048_576, ge=1024)
-    # The chunks' vector index: `hnsw`, `flat` (exact scan), or `auto` as memory_index.
-    knowledge_index: Literal["auto", "hnsw", "flat"] = "auto"
+    # The chunks' vector index: `hnsw`, `ivf` (cells, server/knowledge/cells.py), `flat`
+    # (exact scan), or `auto`: HNSW where pgvector can run it, else `ivf`.
+    knowledge_index: Literal["auto", "hnsw", "ivf", "flat"] = "auto"
     knowledge_poll_seconds: float = Field(default=2.0, gt=0)
     knowledge_lease_seconds: float = Field(default=60.0, gt=0)
     knowledge_max_attempts: int = Field(default=5, ge=1)

@@ -24,6 +24,7 @@ from nodes.embeddings.embedder import EmbeddingScope, embedding_scope
 from server.db.pool import Pool
 from server.errors import InvalidDocumentError, JobLeaseLostError
 from server.ids import new_id
+from server.knowledge.cells import maintain_cells
 from server.knowledge.chunking import Chunk, chunk_blocks
 from server.knowledge.parsing import parse
 from server.knowledge.search import Embedders, vector_literal
@@ -85,6 +86,8 @@ class KnowledgeJobs:
     pool: Pool
     embedders: Embedders
     settings: Settings
+    # Train the vector cells of a knowledge base when due (index kind `ivf`).
+    cells: bool = False
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{new_id('kw')}")
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -123,6 +126,8 @@ class KnowledgeJobs:
         renew = asyncio.create_task(self._renew(doc))
         try:
             await self._ingest(doc)
+            if self.cells:
+                await self._maintain_cells(doc["kb_id"])
         except JobLeaseLostError as exc:
             log.info("document %s: %s", doc["id"], exc)
         except InvalidDocumentError as exc:
@@ -135,6 +140,13 @@ class KnowledgeJobs:
             renew.cancel()
             await asyncio.gather(renew, return_exceptions=True)
         return True
+
+    async def _maintain_cells(self, kb_id: str) -> None:
+        try:
+            await maintain_cells(self.pool, kb_id)
+        except Exception:
+            # The document is stored and searchable (untrained chunks are scanned exactly).
+            log.exception("knowledge base %s: training its cells failed", kb_id)
 
     async def _renew(self, doc: dict[str, Any]) -> None:
         while True:

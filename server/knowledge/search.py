@@ -26,7 +26,9 @@ from server.observability.tracing import Tracing
 from server.settings import Settings
 from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
 
-RRF_K = 60
+# Fusion tuned on bench/data/knowledge_eval.json (docs/decisions/1402): a smaller k favours
+# the top of each list; the lexical vector list counts for less than the full-text one.
+RRF_K = 20
 Method = Literal["hybrid", "vector", "text"]
 
 _ALLOWED = """
@@ -57,14 +59,18 @@ def hybrid_sql(
     *,
     method: Method = "hybrid",
     filters: str = "",
+    probes: int | None = None,
 ) -> str:
     """Return the fused search statement.
 
     `models` are (index of the query vector parameter, dims) per embedding model; the chunks
-    of each are searched with their own query vector.
+    of each are searched with their own query vector. With `probes`, the vector list reads
+    the chunks of the nearest cells only (server/knowledge/cells.py; parameter `probes`).
     """
     lists: list[str] = []
-    if method in ("hybrid", "vector"):
+    if method in ("hybrid", "vector") and probes:
+        lists.extend(cell_list(i, filters) for i, _ in models)
+    elif method in ("hybrid", "vector"):
         for i, dims in models:
             distance = f"(c.embedding::halfvec({dims})) <=> %(vec{i})s::halfvec({dims})"
             lists.append(
@@ -96,7 +102,8 @@ WITH q AS (
 ),
 ranked AS ({union}),
 fused AS (
-    SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s WHEN 't' THEN %(wt)s ELSE %(wn)s END
+    SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s::float8 WHEN 't' THEN %(wt)s::float8
+            ELSE %(wn)s::float8 END
             / ({RRF_K} + r)) AS score,
         min(r) FILTER (WHERE list = 'v') AS vector_rank,
         min(r) FILTER (WHERE list = 't') AS text_rank
@@ -107,6 +114,26 @@ SELECT c.id, c.kb_id, c.document_id, c.position, c.heading_path, c.page, c.text,
 FROM fused f JOIN kb_chunks c ON c.id = f.id JOIN kb_documents d ON d.id = c.document_id
 ORDER BY f.score DESC, c.id LIMIT %(limit)s
 """
+
+
+def cell_list(i: int, filters: str = "") -> str:
+    """Return the vector list of model `i` read through the cells nearest its query vector.
+
+    Per knowledge base, the `probes` cells whose centroids are nearest the query; their chunks
+    come from the covering index `(kb_id, cell) INCLUDE (id, embedding)` and are ranked by
+    exact distance, with the chunks not yet in a cell (untrained bases) scanned exactly.
+    """
+    distance = f"c.embedding <=> %(vec{i})s::halfvec"
+    return (
+        f"(SELECT v.id, 'v' AS list, row_number() OVER (ORDER BY v.d, v.id) AS r FROM ("
+        f" SELECT c.id, {distance} AS d FROM unnest(%(kbs{i})s::text[]) AS b(kb_id)"
+        " CROSS JOIN LATERAL (SELECT k.kb_id, k.cell FROM kb_cells k WHERE k.kb_id = b.kb_id"
+        f" ORDER BY k.centroid <=> %(vec{i})s::halfvec LIMIT %(probes)s) p"
+        f" JOIN kb_chunks c ON c.kb_id = p.kb_id AND c.cell = p.cell WHERE true{filters}"
+        f" UNION ALL SELECT c.id, {distance} AS d FROM kb_chunks c"
+        f" WHERE c.kb_id = ANY(%(kbs{i})s) AND c.cell IS NULL{filters}"
+        ") v ORDER BY v.d, v.id LIMIT %(depth)s)"
+    )
 
 
 @dataclass
@@ -145,7 +172,10 @@ class PostgresKnowledgeSearch:
     reranker: Reranker | None = None
     depth: int = 40
     # Reciprocal-rank weights of the vector, full-text and title lists.
-    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    weights: tuple[float, float, float] = (0.3, 1.0, 1.0)
+    # Cells probed per knowledge base (server/knowledge/cells.py); None: no cells (exact or
+    # HNSW).
+    probes: int | None = None
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
@@ -197,6 +227,7 @@ class PostgresKnowledgeSearch:
             "wv": self.weights[0],
             "wt": self.weights[1],
             "wn": self.weights[2],
+            "probes": self.probes,
         }
         models: list[tuple[int, int]] = []
         if method != "text":
@@ -206,7 +237,9 @@ class PostgresKnowledgeSearch:
                     vector = await self.embedders.get(model_id, dims).aembed_query(query.text)
                 params[f"vec{i}"], params[f"kbs{i}"] = vector_literal(vector), ids
                 models.append((i, dims))
-        sql = hybrid_sql(models, method=method, filters=_filter_sql(query.filters, params))
+        sql = hybrid_sql(
+            models, method=method, filters=_filter_sql(query.filters, params), probes=self.probes
+        )
         cur = await conn.execute(sql, params)
         rows = await cur.fetchall()
         names = {b["id"]: b["name"] for b in bases}

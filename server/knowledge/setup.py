@@ -11,6 +11,7 @@ import logging
 
 from nodes.models.usage import Pricer
 from server.db.pool import Pool, migration_lock
+from server.knowledge.cells import PROBES, ensure_cell_index
 from server.knowledge.rerank import CrossEncoderReranker
 from server.knowledge.search import Embedders, PostgresKnowledgeSearch
 from server.memory.store import _local as is_local
@@ -22,15 +23,19 @@ log = logging.getLogger(__name__)
 
 
 def knowledge_index_kind(settings: Settings, url: str | None = None) -> str:
-    """Return `hnsw` or `flat` for the chunks' vectors (`auto`: as the memory store's)."""
+    """Return `hnsw`, `ivf` or `flat` for the chunks' vectors.
+
+    `auto` is HNSW unless pgvector cannot run it here (as the memory store decides), then the
+    cells of server/knowledge/cells.py.
+    """
     if settings.knowledge_index != "auto":
         return settings.knowledge_index
     if is_local(url or settings.database_url) and not embedded_pgvector_runs_here():
         log.warning(
-            "knowledge: exact vector search, no HNSW index: the embedded Postgres's pgvector "
-            "needs AVX-512, which this CPU lacks (AGENTRT_KNOWLEDGE_INDEX=hnsw overrides)"
+            "knowledge: vector search by cells (IVF), no HNSW index: the embedded Postgres's "
+            "pgvector needs AVX-512, which this CPU lacks (AGENTRT_KNOWLEDGE_INDEX=hnsw overrides)"
         )
-        return "flat"
+        return "ivf"
     return "hnsw"
 
 
@@ -58,8 +63,11 @@ async def open_knowledge(
     price: Pricer | None = None,
     url: str | None = None,
 ) -> PostgresKnowledgeSearch:
-    """Return the process's knowledge search, with the HNSW indexes when they are used."""
-    if knowledge_index_kind(settings, url) == "hnsw":
+    """Return the process's knowledge search, with the HNSW indexes or the cells it uses."""
+    kind = knowledge_index_kind(settings, url)
+    if kind == "ivf":
+        await ensure_cell_index(pool)
+    if kind == "hnsw":
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT DISTINCT dims FROM knowledge_bases")
             sizes = [row["dims"] for row in await cur.fetchall()]
@@ -70,5 +78,9 @@ async def open_knowledge(
         else None
     )
     return PostgresKnowledgeSearch(
-        pool, Embedders(settings, pool, tracing, price), tracing=tracing, reranker=reranker
+        pool,
+        Embedders(settings, pool, tracing, price),
+        tracing=tracing,
+        reranker=reranker,
+        probes=PROBES if kind == "ivf" else None,
     )

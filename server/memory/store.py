@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.store.postgres import AsyncPostgresStore
-from langgraph.store.postgres.base import VECTOR_MIGRATIONS, PostgresIndexConfig
+from langgraph.store.postgres.base import PostgresIndexConfig
 from psycopg.conninfo import conninfo_to_dict
 
 from nodes.embeddings.embedder import (
@@ -28,6 +28,7 @@ from nodes.models.caller import ModelPolicy
 from nodes.models.usage import Pricer
 from server.db.pool import Pool, migration_lock
 from server.errors import MemoryConfigError
+from server.memory.flat import COVERING_INDEX, FlatMemoryStore
 from server.observability.tracing import Tracing
 from server.settings import Settings
 from server.usage.pricing import load_litellm
@@ -86,6 +87,18 @@ def embedding_backend(settings: Settings) -> EmbeddingBackend:
     return LexicalBackend(dims)
 
 
+# The row is written before the embedding's caller goes on, but its commit does not wait
+# for the WAL flush (a few ms, more on a busy disk): it survives a crash of this process and
+# is lost only if Postgres itself crashes within about a second (docs/decisions/1302).
+_LEDGER_ROW = """
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO embedding_calls (id, tenant_id, user_id, run_id, purpose, provider, model,
+    model_id, inputs, input_tokens, cost, price_source, status, error_class, attempts,
+    latency_ms)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM relaxed
+"""
+
+
 class EmbeddingLedger:
     """Write every embedding request to `embedding_calls`, and a span into its run's trace."""
 
@@ -100,10 +113,7 @@ class EmbeddingLedger:
         try:
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    "INSERT INTO embedding_calls (id, tenant_id, user_id, run_id, purpose, "
-                    "provider, model, model_id, inputs, input_tokens, cost, price_source, status,"
-                    " error_class, attempts, latency_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-                    " %s, %s, %s, %s, %s, %s, %s, %s)",
+                    _LEDGER_ROW,
                     (
                         call.call_id,
                         scope.tenant_id if scope else None,
@@ -212,16 +222,6 @@ def index_kind(settings: Settings, url: str | None = None) -> str:
     return "hnsw"
 
 
-class _ExactStore(AsyncPostgresStore):
-    """The store without a vector index: exact scans.
-
-    The async `setup()` ignores a migration's condition (the sync one skips the index for
-    kind `flat`); the index migration, the last one, is left out here instead.
-    """
-
-    VECTOR_MIGRATIONS = [m for m in VECTOR_MIGRATIONS if m.condition is None]
-
-
 def index_config(embedder: Embedder, kind: str = "hnsw") -> PostgresIndexConfig:
     """The store's vector index: the `text` field, cosine distance, half-precision vectors.
 
@@ -258,10 +258,12 @@ async def open_memory_store(
     Raises:
         MemoryConfigError: the stored vectors have another size than the embedder's.
     """
-    cls = AsyncPostgresStore if kind == "hnsw" else _ExactStore
+    cls = AsyncPostgresStore if kind == "hnsw" else FlatMemoryStore
     store = cls(pool, index=index_config(embedder, kind))
     async with migration_lock(pool) as conn:
         await store.setup()
+        if kind != "hnsw":
+            await conn.execute(COVERING_INDEX)
         views = resources.files("server.memory").joinpath("views.sql").read_text("utf-8")
         for statement in views.split(";\n"):
             if "CREATE" in statement:  # one statement per call (no multi-statement prepare)
