@@ -57,6 +57,8 @@ async def ingest_eval(pool: Pool, settings: Settings, search: PostgresKnowledgeS
     jobs = KnowledgeJobs(pool, search.embedders, settings)
     while await jobs.run_one():
         pass
+    async with pool.connection() as conn:  # the statistics autovacuum would gather
+        await conn.execute("ANALYZE kb_chunks")
     return int((await service.get("eval"))["chunks"])
 
 
@@ -167,7 +169,7 @@ async def latency(
             "wt": 1,
             "wn": 1,
         }
-        params |= {"probes": search.probes}
+        params |= {"probes": search.probes, "common": search.common}
         sql = hybrid_sql([(0, kb["dims"])], method=method, probes=search.probes)
         cur = await conn.execute("EXPLAIN " + sql, params)
         plan = "\n".join(str(r["QUERY PLAN"]) for r in await cur.fetchall())

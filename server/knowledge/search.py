@@ -2,7 +2,8 @@
 
 One statement per search: the knowledge bases the caller may see (tenant, profile and role
 filters in SQL), then per embedding model the nearest chunks by cosine distance on
-half-precision vectors, the best full-text matches (`tsvector`, any query word), and fuzzy
+half-precision vectors, the best full-text matches (`tsvector`, any query word but the very
+common ones), and fuzzy
 matches of document titles (`pg_trgm`), fused by reciprocal rank
 (docs/decisions/1400). A `retrieval` span goes into the run's trace.
 """
@@ -29,6 +30,7 @@ from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
 # Fusion tuned on bench/data/knowledge_eval.json (docs/decisions/1402): a smaller k favours
 # the top of each list; the lexical vector list counts for less than the full-text one.
 RRF_K = 20
+COMMON_WORD_SHARE = 0.1
 Method = Literal["hybrid", "vector", "text"]
 
 _ALLOWED = """
@@ -81,7 +83,7 @@ def hybrid_sql(
     if method in ("hybrid", "text"):
         lists.append(
             "(SELECT c.id, 't' AS list, row_number() OVER (ORDER BY ts_rank(c.tsv, q.q, 1) DESC)"
-            " AS r FROM kb_chunks c, q WHERE c.tsv @@ q.q AND c.kb_id = ANY(%(kbs)s)"
+            " AS r FROM kb_chunks c, q WHERE c.tsv @@ q.m AND c.kb_id = ANY(%(kbs)s)"
             f"{filters} ORDER BY ts_rank(c.tsv, q.q, 1) DESC LIMIT %(depth)s)"
         )
     if method == "hybrid":
@@ -96,9 +98,22 @@ def hybrid_sql(
         )
     union = "\nUNION ALL\n".join(lists)
     return f"""
-WITH q AS (
-    SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(l), ' | '), '')) AS q
+WITH words AS (
+    SELECT l, l IN (
+        SELECT e FROM pg_stats s
+        CROSS JOIN LATERAL unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
+            AS m(e, f)
+        WHERE s.schemaname = current_schema() AND s.tablename = 'kb_chunks'
+            AND s.attname = 'tsv' AND m.e IS NOT NULL AND m.f > %(common)s::float8
+    ) AS common
     FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS l
+),
+q AS (
+    SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(l), ' | '), '')) AS q,
+        to_tsquery('simple', coalesce(
+            string_agg(quote_literal(l), ' | ') FILTER (WHERE NOT common),
+            string_agg(quote_literal(l), ' & '), '')) AS m
+    FROM words
 ),
 ranked AS ({union}),
 fused AS (
@@ -176,6 +191,9 @@ class PostgresKnowledgeSearch:
     # Cells probed per knowledge base (server/knowledge/cells.py); None: no cells (exact or
     # HNSW).
     probes: int | None = None
+    # A query word in more than this share of all chunks (the planner's statistics) does not
+    # select full-text candidates on its own; it still counts in their rank.
+    common: float = COMMON_WORD_SHARE
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
@@ -228,6 +246,7 @@ class PostgresKnowledgeSearch:
             "wt": self.weights[1],
             "wn": self.weights[2],
             "probes": self.probes,
+            "common": self.common,
         }
         models: list[tuple[int, int]] = []
         if method != "text":

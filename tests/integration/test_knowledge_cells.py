@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -187,7 +188,7 @@ async def test_the_vector_list_reads_the_nearest_cells_through_the_covering_inde
         await conn.execute("ANALYZE kb_cells")
         vec = vector_literal(lexical_vector("cooling pump", settings.embedding_dims))
         params = {"text": "cooling pump", "kbs": [kb], "kbs0": [kb], "vec0": vec, "depth": 40}
-        params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1, "probes": 2}
+        params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1, "probes": 2, "common": 0.05}
         sql = hybrid_sql([(0, settings.embedding_dims)], method="vector", probes=2)
         await conn.execute("SET enable_seqscan = off")
         await conn.execute("SET enable_bitmapscan = off")
@@ -198,3 +199,22 @@ async def test_the_vector_list_reads_the_nearest_cells_through_the_covering_inde
     assert "kb_cells" in plan, plan
     assert "Index Only Scan using kb_chunks_cell" in plan, plan
     assert "Index Cond: ((kb_id = k.kb_id) AND (cell = k.cell))" in plan, plan
+
+
+async def test_a_word_in_most_chunks_does_not_select_full_text_candidates_on_its_own(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    # Every chunk says "item"; only chunk 7 has the token "7".
+    await add_chunks(pool, settings, "commonword", 300, seed=9)
+    async with pool.connection() as conn:
+        await conn.execute("ANALYZE kb_chunks")  # the statistics autovacuum would gather
+    query = KnowledgeQuery("item 7", "cellco", knowledge_bases=["commonword"], top_k=10)
+    pruned = await search.search(query, method="text")
+    assert [h.chunk_id for h in pruned.hits] == ["chk_doc_commonword_00007"]
+    # With no word counted as common, every chunk saying "item" is a candidate.
+    everything = replace(search, common=1.0)
+    found = await everything.search(query, method="text")
+    assert len(found.hits) == 10 and found.hits[0].chunk_id == "chk_doc_commonword_00007"
+    # A query of common words only still finds what has them all.
+    only_common = KnowledgeQuery("item", "cellco", knowledge_bases=["commonword"], top_k=10)
+    assert len((await search.search(only_common, method="text")).hits) == 10

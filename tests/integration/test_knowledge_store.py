@@ -201,7 +201,7 @@ async def test_the_full_text_list_uses_its_gin_index_and_kb_filters_their_index(
     pool: Pool,
 ) -> None:
     params = {"text": "hotel Paris", "kbs": ["kb_x"], "depth": 40, "names": 10, "limit": 5}
-    params |= {"wv": 1, "wt": 1, "wn": 1}
+    params |= {"wv": 1, "wt": 1, "wn": 1, "common": 0.05}
     async with pool.connection() as conn:
         await conn.execute("SET enable_seqscan = off")
         cur = await conn.execute("EXPLAIN " + hybrid_sql([], method="text"), params)
@@ -220,7 +220,7 @@ async def test_the_vector_list_uses_the_hnsw_index(pool: Pool, settings: Setting
         await conn.execute(hnsw_index_sql(settings.embedding_dims))
     vec = "[" + ",".join(["0.1"] * settings.embedding_dims) + "]"
     params = {"text": "x", "kbs": ["kb_x"], "kbs0": ["kb_x"], "vec0": vec, "depth": 40}
-    params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1}
+    params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1, "common": 0.05}
     plan = await _plan(pool, hybrid_sql([(0, settings.embedding_dims)], method="vector"), params)
     assert f"kb_chunks_hnsw_{settings.embedding_dims}" in plan
     assert knowledge_index_kind(settings) == "hnsw"
