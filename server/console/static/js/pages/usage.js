@@ -20,11 +20,14 @@ export function usagePage(main, q) {
         ...[["cost", "cost"], ["totalTokens", "tokens"], ["modelCalls", "model calls"]].map(([v, t]) => h("option", { value: v, selected: v === metric }, t))))),
     scope, charts);
 
+  // The run list's time filters are local times (datetime-local fields); usage days are UTC.
+  const local = (ms) => { const d = new Date(ms - new Date(ms).getTimezoneOffset() * 60000); return d.toISOString().slice(0, 16); };
   const runsFor = (by, key) => {
-    const f = { since: since.toISOString().slice(0, 16), until: until.toISOString().slice(0, 16) };
-    if (by === "day") { f.since = `${key}T00:00`; f.until = new Date(Date.parse(`${key}T00:00Z`) + 86400000).toISOString().slice(0, 16); }
-    else f[{ model: "model", user: "user", agent: "agent" }[by]] = key;
-    return "#/runs" + query(f);
+    if (by === "day") {
+      const start = Date.parse(`${key}T00:00:00Z`);
+      return "#/runs" + query({ since: local(start), until: local(start + 86400000) });
+    }
+    return "#/runs" + query({ [by]: key, since: local(since.getTime()) });
   };
 
   (async () => {
