@@ -12,13 +12,13 @@ import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, expect
 
+from bench.browser import SKIP_ENV, browser_missing, chromium
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.auth import create_api_key
 from server.db.pool import Pool
 from server.settings import ModelPrice, Settings
 from server.usage.registry import ModelRegistry
-from tests.support.browser import SKIP_ENV, browser_missing, chromium
 from tests.support.live import serve
 from tools.plan.tool import update_plan
 from tools.spec import agent_tool
@@ -107,13 +107,15 @@ async def console(settings: Settings, pool: Pool) -> AsyncIterator[Console]:
             "model_prices": {"scripted:priced": PRICE},
         }
     )
-    app = create_app(
-        custom, models=ModelRegistry(custom, SCRIPTS), tools=[send_email, update_plan]
-    )
+    app = create_app(custom, models=ModelRegistry(custom, SCRIPTS), tools=[send_email, update_plan])
     key = await create_api_key(pool, "acme", "alice", ["admin"])
     headers = {"Authorization": f"Bearer {key}"}
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
-        planner = {"name": "planner", "instructions": "Plan, then answer.", "plan": {"enabled": True}}
+        planner = {
+            "name": "planner",
+            "instructions": "Plan, then answer.",
+            "plan": {"enabled": True},
+        }
         created = await client.post("/api/agents", json=planner, headers=headers)
         assert created.status_code == 201, created.text
         yield Console(url, client, key, headers, pool)
@@ -142,9 +144,7 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
 @pytest.fixture
 async def page(context: BrowserContext, console: Console) -> Page:
     """A page already signed in (the key in sessionStorage, as the sign-in form leaves it)."""
-    await context.add_init_script(
-        f"sessionStorage.setItem('agentrt.apiKey', {console.key!r});"
-    )
+    await context.add_init_script(f"sessionStorage.setItem('agentrt.apiKey', {console.key!r});")
     return await context.new_page()
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import re
 
+import psycopg
 from playwright.async_api import BrowserContext, Page, expect
 
+from bench.console import seed_long_run
 from tests.browser.conftest import STORY, Console, shot, start_run
 from tests.support.live import wait_for_status
 
@@ -21,6 +23,8 @@ async def test_sign_in_refuses_a_wrong_key_and_then_shows_the_runs(
     await start_run(console, "email")
     page = await context.new_page()
     await page.goto(f"{console.url}/console/")
+    await expect(page.get_by_label("API key")).to_be_visible()
+    await shot(page, "sign-in")
     await page.get_by_label("API key").fill("ak_not-a-key")
     await page.get_by_role("button", name="Sign in").click()
     await expect(page.get_by_role("alert")).to_contain_text("unknown or revoked API key")
@@ -28,7 +32,6 @@ async def test_sign_in_refuses_a_wrong_key_and_then_shows_the_runs(
     await page.get_by_role("button", name="Sign in").click()
     await expect(page.get_by_test_id("runs-table")).to_contain_text("scripted:email")
     await expect(page.locator("#nav")).to_be_visible()
-    await shot(page, "sign-in-runs")
 
 
 async def test_a_run_streams_live_and_a_reload_mid_stream_repeats_and_loses_nothing(
@@ -50,7 +53,7 @@ async def test_a_run_streams_live_and_a_reload_mid_stream_repeats_and_loses_noth
     await expect(page.get_by_test_id("run-status")).to_have_text("completed")
     await expect(item).to_have_count(1)
     await expect(item).to_have_text(STORY)
-    snapshot = (await console.client.get(f"/api/runs/{run_id}/snapshot", headers=console.headers))
+    snapshot = await console.client.get(f"/api/runs/{run_id}/snapshot", headers=console.headers)
     assert snapshot.json()["output"] == STORY
 
 
@@ -178,6 +181,9 @@ async def test_the_runs_list_filters_by_status_and_shows_counts(
     await expect(rows.first).to_contain_text("failed")
     statuses = await rows.locator("td:nth-child(2) .badge").all_inner_texts()
     assert statuses and set(statuses) == {"failed"}
+    await counts.get_by_role("button", name=re.compile("^all")).click()
+    await expect(rows.locator(".s-completed").first).to_be_visible()
+    await shot(page, "runs")
 
 
 async def test_the_memory_and_operations_pages_show_what_the_api_says(
@@ -203,3 +209,20 @@ async def test_the_memory_and_operations_pages_show_what_the_api_says(
     await expect(page.get_by_test_id("queue")).to_contain_text("tenant")
     await expect(page.get_by_test_id("failures")).to_contain_text("provider answered 500")
     await shot(page, "operations")
+
+
+async def test_a_run_of_100000_events_opens_and_scrolls_to_its_last_event(
+    page: Page, console: Console, database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn, conn.transaction():
+        run_id = await seed_long_run(conn, "acme", "alice", 100_000)
+    await page.goto(f"{console.url}/console/#/runs/{run_id}")
+    await expect(page.get_by_test_id("run-status")).to_have_text("completed")
+    await expect(page.get_by_test_id("event-count")).to_have_text("(100,000)")
+    listing = page.get_by_test_id("event-list")
+    rows = await listing.locator(".row").count()
+    assert rows < 200, f"{rows} rows in the DOM: the list is not virtualised"
+    await listing.evaluate("(el) => { el.scrollTop = el.scrollHeight; }")
+    await expect(listing.locator("[data-seq='100000']")).to_contain_text("run.completed")
+    await listing.locator("[data-seq='100000']").click()
+    await expect(page.get_by_test_id("event-detail")).to_contain_text('"seq": 100000')

@@ -31,6 +31,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
   if (!response.ok) {
+    if (response.status === 401) window.dispatchEvent(new CustomEvent("agentrt:unauthorized", { detail: data?.error?.message }));
     const err = data && data.error ? data.error : { code: "http_" + response.status, message: text || response.statusText };
     throw new ApiError(response.status, err.code, err.message);
   }

@@ -1,5 +1,5 @@
 // The console's entry: sign-in, the hash router and the pages.
-import { api, apiKey, signIn, signOut, ApiError } from "./api.js";
+import { apiKey, signIn, signOut } from "./api.js";
 import { h, mount, errorBox } from "./ui.js";
 import { runsPage } from "./pages/runs.js";
 import { runPage } from "./pages/run.js";
@@ -45,11 +45,6 @@ async function route() {
   const [path, search] = (location.hash.slice(1) || "/runs").split("?");
   const q = new URLSearchParams(search || "");
   for (const a of nav.querySelectorAll("a")) a.classList.toggle("active", path.startsWith("/" + a.dataset.page));
-  try {
-    await api("/api/console/runs?limit=1");
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 401) { signOut(); return signInForm(err.message); }
-  }
   nav.hidden = false; out.hidden = false;
   for (const [re, page] of routes) {
     const m = path.match(re);
@@ -62,6 +57,12 @@ async function route() {
   location.hash = "#/runs";
 }
 
+// Any answer 401 (a wrong, revoked or expired key) brings the sign-in form back.
+window.addEventListener("agentrt:unauthorized", (e) => {
+  if (leave) { leave(); leave = null; }
+  signOut();
+  signInForm(e.detail || "The API key was refused.");
+});
 out.addEventListener("click", () => { signOut(); location.hash = "#/runs"; route(); });
 window.addEventListener("hashchange", route);
 route();

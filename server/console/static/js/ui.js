@@ -38,21 +38,27 @@ export function mount(el, ...children) { el.replaceChildren(...children.flat().f
 
 /**
  * A list that only puts the visible rows in the DOM, so 100,000 rows scroll like 50.
- * `render(item, index)` returns a row element; rows are a fixed `rowHeight` pixels.
+ * Rows are a fixed `rowHeight` pixels; `create()` makes an empty row and `fill(row, item)`
+ * writes an item into it, so rows scrolled out are reused instead of rebuilt.
  */
 export class VirtualList {
-  constructor({ rowHeight = 24, height = 420, render, onSelect }) {
+  constructor({ rowHeight = 24, height = 420, create, fill, onSelect }) {
     this.items = [];
     this.rowHeight = rowHeight;
-    this.render = render;
-    this.onSelect = onSelect;
+    this.create = create;
+    this.fill = fill;
     this.spacer = h("div", { class: "spacer" });
     this.el = h("div", { class: "vlist", style: `height:${height}px`, "data-testid": "event-list" }, this.spacer);
     this.el.addEventListener("scroll", () => this.schedule());
+    this.spacer.addEventListener("click", (e) => {
+      const row = e.target.closest(".row");
+      if (row && onSelect) onSelect(this.items[Number(row.dataset.index)]);
+    });
     this.pending = false;
     this.shown = new Map();
+    this.spare = [];
   }
-  setItems(items) { this.items = items; this.shown.forEach((r) => r.remove()); this.shown.clear(); this.schedule(); }
+  setItems(items) { this.items = items; for (const r of this.shown.values()) this.spare.push(r); this.shown.clear(); this.schedule(); }
   append(items) {
     const stick = this.el.scrollTop + this.el.clientHeight >= this.spacer.offsetHeight - this.rowHeight;
     for (const i of items) this.items.push(i);
@@ -66,18 +72,20 @@ export class VirtualList {
   }
   draw() {
     this.spacer.style.height = `${this.items.length * this.rowHeight}px`;
-    const first = Math.max(0, Math.floor(this.el.scrollTop / this.rowHeight) - 10);
-    const last = Math.min(this.items.length, Math.ceil((this.el.scrollTop + (this.el.clientHeight || 420)) / this.rowHeight) + 10);
-    for (const [i, row] of this.shown) if (i < first || i >= last) { row.remove(); this.shown.delete(i); }
+    const top = this.el.scrollTop, height = this.el.clientHeight || 420;
+    const first = Math.max(0, Math.floor(top / this.rowHeight) - 10);
+    const last = Math.min(this.items.length, Math.ceil((top + height) / this.rowHeight) + 10);
+    for (const [i, row] of this.shown) if (i < first || i >= last) { this.shown.delete(i); this.spare.push(row); }
     for (let i = first; i < last; i++) {
       if (this.shown.has(i)) continue;
-      const row = this.render(this.items[i], i);
-      row.classList.add("row");
-      row.style.top = `${i * this.rowHeight}px`;
-      row.addEventListener("click", () => this.onSelect && this.onSelect(this.items[i], i));
-      this.spacer.append(row);
+      let row = this.spare.pop();
+      if (!row) { row = this.create(); row.classList.add("row"); this.spacer.append(row); }
+      row.dataset.index = i;
+      row.style.transform = `translateY(${i * this.rowHeight}px)`;
+      this.fill(row, this.items[i]);
       this.shown.set(i, row);
     }
+    for (const row of this.spare) row.style.transform = "translateY(-1000px)";
   }
 }
 

@@ -62,7 +62,8 @@ export function approvalsPage(main) {
       if (cards.size) list.querySelector(".empty")?.remove();
     } catch (err) { mount(errors, errorBox(err)); }
   }
-  const tick = async () => { await load(); timer = setTimeout(tick, REFRESH_MS); };
+  let alive = true;
+  const tick = async () => { await load(); if (alive) timer = setTimeout(tick, REFRESH_MS); };
   tick();
-  return () => clearTimeout(timer);
+  return () => { alive = false; clearTimeout(timer); };
 }

@@ -39,7 +39,8 @@ export function opsPage(main) {
         h("td", { class: "k-error" }, r.error ? `${r.error.type}: ${r.error.message}` : ""), h("td", {}, when(r.finishedAt))))) : h("p", { class: "muted" }, "No failed runs."));
     } catch (err) { mount(failures, errorBox(err)); }
   }
-  const tick = async () => { await load(); timer = setTimeout(tick, REFRESH_MS); };
+  let alive = true;
+  const tick = async () => { await load(); if (alive) timer = setTimeout(tick, REFRESH_MS); };
   tick();
-  return () => clearTimeout(timer);
+  return () => { alive = false; clearTimeout(timer); };
 }

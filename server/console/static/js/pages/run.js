@@ -107,6 +107,8 @@ export function runPage(main, runId) {
   }
 
   (async () => {
+    const firstPage = timeline.page(0, 1000);
+    firstPage.catch(() => {});
     try {
       [run, snapshot] = await Promise.all([api(`/api/runs/${runId}`), api(`/api/runs/${runId}/snapshot`)]);
     } catch (err) { mount(main, errorBox(err)); return; }
@@ -119,7 +121,7 @@ export function runPage(main, runId) {
     }).catch(() => {});
     show(current);
     // The snapshot first, then the log: the first page of events draws before the rest loads.
-    await timeline.start(snapshot.lastEventId);
+    await timeline.start(firstPage);
     performance.mark("console:run-rendered");
     performance.measure("console:run-first-render", "console:run-start", "console:run-rendered");
     document.body.dataset.runRendered = "1";

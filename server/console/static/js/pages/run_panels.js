@@ -2,7 +2,9 @@
 import { api, apiKey } from "../api.js";
 import { h, svg, mount, statusBadge, errorBox, when, money, num, json, short, VirtualList } from "../ui.js";
 
-const PAGE = 5000;
+// A small first page draws the list at once; the rest come in larger pages behind it.
+const FIRST_PAGE = 1000;
+const PAGE = 10000;
 const BUCKETS = 120;
 
 function kind(type) {
@@ -48,18 +50,23 @@ export class Timeline {
     this.axis = h("div", { "data-testid": "time-axis" });
     this.count = h("span", { class: "muted", "data-testid": "event-count" });
     this.list = new VirtualList({
-      render: (e) => h("div", { "data-seq": e.seq },
-        h("span", { class: "seq" }, e.seq),
-        h("span", { class: "t" }, this.t0 ? `+${((Date.parse(e.ts) - this.t0) / 1000).toFixed(2)}s` : ""),
-        h("span", { class: `type k-${kind(e.type)}` }, e.type),
-        h("span", {}, summary(e))),
+      create: () => h("div", {}, h("span", { class: "seq" }), h("span", { class: "t" }), h("span", { class: "type" }), h("span")),
+      fill: (row, e) => {
+        const [seq, t, type, text] = row.children;
+        row.dataset.seq = e.seq;
+        seq.textContent = e.seq;
+        t.textContent = this.t0 ? `+${((Date.parse(e.ts) - this.t0) / 1000).toFixed(2)}s` : "";
+        type.textContent = e.type;
+        type.className = `type k-${kind(e.type)}`;
+        text.textContent = summary(e);
+      },
       onSelect: (e) => { this.detail.hidden = false; this.detail.textContent = json(e); },
     });
     this.list.follow = true;
     this.el = h("div", { class: "panel" }, h("div", {}, "Events ", this.count), this.axis, this.list.el, this.detail);
   }
-  async page(after) {
-    return api(`/api/console/runs/${this.runId}/events?after=${after}&limit=${PAGE}`);
+  async page(after, limit = PAGE) {
+    return api(`/api/console/runs/${this.runId}/events?after=${after}&limit=${limit}`);
   }
   add(events) {
     if (!events.length) return;
@@ -70,8 +77,8 @@ export class Timeline {
     this.count.textContent = `(${num(this.events.length)})`;
   }
   /** Load the first page (awaited: the page's first render) and the rest in the background. */
-  async start() {
-    const first = await this.page(0);
+  async start(firstPage = this.page(0, FIRST_PAGE)) {
+    const first = await firstPage;
     this.add(first.events);
     this.drawAxis();
     this.rest(first.nextAfter);

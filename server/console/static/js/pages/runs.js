@@ -79,7 +79,8 @@ export function runsPage(main, q) {
   }
 
   // Live: refresh the first page and the counts; pages fetched with "More" stay as they are.
-  const tick = async () => { if (!cursor || table.children.length <= 50) await load(); timer = setTimeout(tick, REFRESH_MS); };
+  let alive = true;
+  const tick = async () => { if (!cursor || table.children.length <= 50) await load(); if (alive) timer = setTimeout(tick, REFRESH_MS); };
   tick();
-  return () => clearTimeout(timer);
+  return () => { alive = false; clearTimeout(timer); };
 }

@@ -1,4 +1,4 @@
-"""Headless Chromium for the console's tests and benchmark: Debian's package, driven by Playwright.
+"""Headless Chromium for the console's tests and benchmark: Debian's package, via Playwright.
 
 Playwright never downloads a browser here: it launches the system's Chromium (`make test`
 installs Debian's `chromium` package when it is missing and it can). Where it cannot be
