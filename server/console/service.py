@@ -51,7 +51,8 @@ _DEAD = "(error_type = 'dead_letter')"
 
 def _where(who: Principal, f: RunFilter) -> tuple[list[str], list[Any]]:
     """Return the SQL conditions (all but status) and their parameters."""
-    where, params = ["tenant_id = %s"], [who.tenant_id]
+    where: list[str] = ["tenant_id = %s"]
+    params: list[Any] = [who.tenant_id]
     for column, value in (("agent_name", f.agent), ("user_id", f.user)):
         if value is not None:
             where.append(f"{column} = %s")
