@@ -15,10 +15,16 @@ from fastapi import APIRouter, Query
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from server.console.service import Dimension, RunFilter, events_page, list_runs, usage_breakdown
+from server.console.service import (
+    MAX_SEQ,
+    Dimension,
+    RunFilter,
+    events_page,
+    list_runs,
+    usage_breakdown,
+)
 from server.deps import PoolDep, PrincipalDep
 from server.domain import RunStatus
-from server.routes.runs import MAX_SEQ
 from server.routes.schemas import COMMON_ERRORS, errors
 
 STATIC = Path(__file__).resolve().parent.parent / "console" / "static"
