@@ -9,7 +9,7 @@ without the `billing` role see only their own usage, as `GET /api/usage` does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -177,15 +177,21 @@ async def usage_breakdown(
     pool: Pool,
     who: Principal,
     by: Dimension,
-    since: datetime,
-    until: datetime,
+    since: datetime | None,
+    until: datetime | None,
 ) -> dict[str, Any]:
     """Return cost, tokens, calls and runs per day, model, user or agent profile.
 
+    The period defaults to the 30 days up to `until` (by default, now).
+
     Raises:
-        BadRequestError: the period is empty or longer than 366 days.
+        BadRequestError: the period is empty, longer than 366 days, or out of range.
     """
-    since, until = _utc(since), _utc(until)
+    until = _utc(until or datetime.now(UTC))
+    try:
+        since = _utc(since or until - timedelta(days=30))
+    except OverflowError:
+        raise BadRequestError(f"'until' {until.isoformat()} is too early") from None
     if until <= since:
         raise BadRequestError("'until' must be later than 'since'")
     if (until - since).days > 366:

@@ -6,7 +6,7 @@ here serve what it would otherwise assemble from many requests.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -97,5 +97,4 @@ async def get_console_usage(
     The period defaults to the last 30 days. Callers without the `billing` role see their own
     usage only (`scope: "user"`).
     """
-    end = until or datetime.now(UTC)
-    return await usage_breakdown(pool, who, by, since or end - timedelta(days=30), end)
+    return await usage_breakdown(pool, who, by, since, until)
