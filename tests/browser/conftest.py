@@ -49,7 +49,7 @@ def plan_call(call_id: str, **args: object) -> ScriptedToolCall:
 
 
 SCRIPTS = {
-    "story": [ScriptedTurn(text=STORY, chunk_chars=3, delay_s=0.04)],
+    "story": [ScriptedTurn(text=STORY, chunk_chars=3, delay_s=0.06)],
     "long": [ScriptedTurn(text="x " * 2000, chunk_chars=2, delay_s=0.05)],
     "email": [
         ScriptedTurn(
