@@ -127,6 +127,25 @@ async def test_cancel_stops_a_running_run_from_its_page(page: Page, console: Con
     assert record.json()["status"] == "cancelled"
 
 
+async def test_a_waiting_run_is_paused_resumed_and_cancelled_from_its_page(
+    page: Page, console: Console
+) -> None:
+    run_id = await start_run(console, "email")
+    await wait_for_status(console.client, run_id, "waiting_user", headers=console.headers)
+    await page.goto(f"{console.url}/console/#/runs/{run_id}")
+    status = page.get_by_test_id("run-status")
+    await expect(status).to_have_text("waiting_user")
+    await page.get_by_role("button", name="Pause").click()
+    await expect(status).to_have_text("paused")
+    await page.get_by_role("button", name="Resume").click()
+    await expect(status).to_have_text("waiting_user")
+    await page.get_by_role("button", name="Cancel").click()
+    await expect(status).to_have_text("cancelled")
+    await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+    record = await console.client.get(f"/api/runs/{run_id}", headers=console.headers)
+    assert record.json()["status"] == "cancelled"
+
+
 async def test_a_failed_run_shows_its_failing_span(page: Page, console: Console) -> None:
     run_id = await start_run(console, "broken")
     await wait_for_status(console.client, run_id, "failed", headers=console.headers)

@@ -91,7 +91,7 @@ export class VirtualList {
 
 /** A horizontal bar chart: one bar per {label, value, text}; clicking a bar calls onPick(item). */
 export function barChart(items, { title, onPick, testid }) {
-  const rowH = 22, labelW = 150, width = 440, barW = width - labelW - 90;
+  const rowH = 22, labelW = 150, width = 600, barW = width - labelW - 200;
   const max = Math.max(0, ...items.map((i) => i.value)) || 1;
   const chart = svg("svg", { width, height: Math.max(rowH, items.length * rowH) + 4, role: "img", "aria-label": title, "data-testid": testid });
   items.forEach((item, n) => {

@@ -93,7 +93,8 @@ export function runPage(main, runId) {
         run.parentRunId ? [h("dt", {}, "Parent"), h("dd", {}, h("a", { href: `#/runs/${run.parentRunId}`, class: "mono" }, run.parentRunId))] : null,
         h("dt", {}, "Created"), h("dd", {}, when(run.createdAt)),
         h("dt", {}, "Finished"), h("dd", {}, when(run.finishedAt)),
-        h("dt", {}, "Cost"), h("dd", { "data-testid": "run-cost" }, u.cost !== undefined ? money(u.cost) : "–"),
+        h("dt", {}, "Cost"), h("dd", {}, h("span", { "data-testid": "run-cost" }, u.cost !== undefined ? money(u.cost) : "–"),
+          u.unpricedCalls ? h("span", { class: "muted" }, ` + ${u.unpricedCalls} model call(s) without a known price`) : null),
         h("dt", {}, "Tokens"), h("dd", {}, u.totalTokens ?? "–"),
         run.error ? [h("dt", {}, "Error"), h("dd", { class: "k-error", "data-testid": "run-error" }, `${run.error.type}: ${run.error.message}`)] : null),
       h("div", { class: "actions" }, actions));

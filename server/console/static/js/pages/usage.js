@@ -35,7 +35,7 @@ export function usagePage(main, q) {
       const results = await Promise.all(DIMENSIONS.map(([by]) => api("/api/console/usage" + query({ by, since: since.toISOString(), until: until.toISOString() }))));
       scope.textContent = results[0].scope === "tenant" ? "The whole tenant." : "Your own usage (the billing role sees the whole tenant).";
       mount(charts, results.map((r, i) => barChart(
-        r.groups.map((g) => ({ label: g.key, value: Number(g[metric]), text: metric === "cost" ? `$${g.cost} · ${num(g.totalTokens)} tok` : num(g[metric]) })),
+        r.groups.map((g) => ({ label: g.key, value: Number(g[metric]), text: metric === "cost" ? `$${g.cost} · ${num(g.totalTokens)} tok${g.unpricedCalls ? ` · ${g.unpricedCalls} unpriced` : ""}` : num(g[metric]) })),
         { title: `${metric === "cost" ? "Cost" : metric === "totalTokens" ? "Tokens" : "Model calls"} ${DIMENSIONS[i][1]}`, testid: `chart-${r.by}`,
           onPick: (item) => { location.hash = runsFor(r.by, item.label); } })));
     } catch (err) { mount(charts, errorBox(err)); }
