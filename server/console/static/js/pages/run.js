@@ -100,10 +100,19 @@ export function runPage(main, runId) {
       h("div", { class: "actions" }, actions));
   }
 
+  // One record fetch at a time; a change seen meanwhile fetches once more after it, so the
+  // header never settles on a record older than the last event.
   let refreshing = null;
+  let again = false;
   async function refresh() {
-    if (refreshing) return refreshing;
-    refreshing = api(`/api/runs/${runId}`).then((r) => { run = r; if (alive) drawHeader(); }).finally(() => { refreshing = null; });
+    if (refreshing) { again = true; return refreshing; }
+    refreshing = (async () => {
+      do {
+        again = false;
+        run = await api(`/api/runs/${runId}`);
+        if (alive) drawHeader();
+      } while (again && alive);
+    })().finally(() => { refreshing = null; });
     return refreshing;
   }
 

@@ -234,8 +234,9 @@ export function contextPanel(runId) {
     if (!c.manifests.length) return h("p", { class: "muted" }, "No model call yet.");
     return h("div", {}, ...c.manifests.map((m) => h("details", { class: "panel" },
       h("summary", {}, `Step ${m.step}, attempt ${m.attempt}: ${m.model}, ${num(m.totalTokens)} of ${num(m.window)} tokens`),
-      h("table", {}, h("tr", {}, ...["Section", "Tokens", "Kept"].map((x) => h("th", {}, x))),
-        ...(m.sections || []).map((s) => h("tr", {}, h("td", {}, s.name || s.id || ""), h("td", {}, num(s.tokens)), h("td", {}, s.status || s.kept || "")))),
+      h("table", {}, h("tr", {}, ...["Section", "Kind", "Tokens", "Budget", "Items"].map((x) => h("th", {}, x))),
+        ...(m.sections || []).map((s) => h("tr", {}, h("td", {}, s.name), h("td", {}, s.kind || ""), h("td", {}, num(s.tokens)),
+          h("td", {}, s.budget == null ? "–" : num(s.budget)), h("td", {}, typeof s.items === "number" ? num(s.items) : short(s.items, 60))))),
       ["dropped", "cut", "deduplicated"].map((k) => (m[k] && m[k].length ? h("p", {}, h("strong", {}, k + ": "), short(m[k], 400)) : null)),
       h("pre", { class: "detail" }, json(m)))));
   });
