@@ -68,7 +68,8 @@ export class Timeline {
   async page(after, limit = PAGE) {
     return api(`/api/console/runs/${this.runId}/events?after=${after}&limit=${limit}`);
   }
-  add(events) {
+  add(fresh) {
+    const events = fresh.filter((e) => e.seq > this.last);
     if (!events.length) return;
     if (!this.t0) this.t0 = Date.parse(events[0].ts);
     for (const e of events) this.events.push(e);
@@ -84,17 +85,24 @@ export class Timeline {
     this.rest(first.nextAfter);
   }
   async rest(after) {
-    while (after !== null && !this.stopped) {
-      const next = await this.page(after);
-      this.add(next.events);
-      after = next.nextAfter;
-    }
+    // One reader of the log at a time; live events that arrive meanwhile are read by it.
+    if (this.loading) return;
+    this.loading = true;
+    try {
+      while (after !== null && !this.stopped) {
+        const next = await this.page(after);
+        this.add(next.events);
+        after = next.nextAfter;
+      }
+    } finally { this.loading = false; }
+    if (this.behind > this.last && !this.stopped) return this.rest(this.last);
     this.drawAxis();
     performance.mark("console:events-loaded");
     this.el.dataset.loaded = "1";
   }
   live(e) {
     if (e.seq <= this.last) return;
+    if (this.loading) { this.behind = Math.max(this.behind || 0, e.seq); return; }
     if (e.seq === this.last + 1) { this.add([e]); this.drawAxisSoon(); }
     else this.rest(this.last);
   }
