@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install run stop test lint format typecheck bench bench-large bench-quick chaos fuzz clean
+.PHONY: help install chromium run stop test lint format typecheck bench bench-large bench-quick chaos fuzz clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,7 +29,15 @@ run: install ## Start the server on 127.0.0.1:8000 (embedded Postgres unless DAT
 stop: install ## Stop the embedded Postgres if an agentrt process left it running
 	$(BIN)/agentrt db stop
 
-test: install ## Run the whole test suite (real Postgres, scripted models)
+# The console's browser tests drive Debian's Chromium; Playwright never downloads a browser.
+chromium: ## Install Debian's chromium for the browser tests if it is missing (as root, with apt-get)
+	@if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium for tests/browser"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+
+test: install chromium ## Run the whole test suite (real Postgres, scripted models, headless Chromium)
 	$(BIN)/python -m pytest --basetemp=.pytest-tmp
 
 fuzz: install ## Schemathesis over /openapi.json against a real server on embedded Postgres (a few minutes)

@@ -30,6 +30,7 @@ from server.routes import (
     usage,
 )
 from server.routes import artifacts as artifact_routes
+from server.routes import console as console_routes
 from server.routes import knowledge as knowledge_routes
 from server.routes import lifecycle as lifecycle_routes
 from server.routes import memory as memory_routes
@@ -152,8 +153,11 @@ def create_app(
         lg_store.router,
         knowledge_routes.router,
         knowledge_routes.evidence_router,
+        console_routes.router,
+        console_routes.pages,
     ):
         app.include_router(router)
+    app.mount("/console", console_routes.console_files(), name="console")
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
