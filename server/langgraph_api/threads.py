@@ -27,6 +27,7 @@ from server.errors import (
     ThreadNotFoundError,
 )
 from server.langgraph_api.auth import Filters, metadata_sql
+from server.langgraph_api.expiry import refresh_ttl, set_ttl, ttl_minutes, ttl_view
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.serde import to_json
 from server.timestamps import iso
@@ -41,14 +42,17 @@ class ThreadKeeper:
     who: Principal
     # Metadata filters from langgraph.json's auth handlers (server/langgraph_api/auth.py).
     filters: Filters = field(default_factory=dict)
+    # The tenant's visibility setting: `tenant` shows every user the tenant's threads.
+    visibility: str = "owner"
 
     def _owned(self) -> tuple[str, list[Any]]:
         """Return the SQL filter of the caller's threads.
 
-        A tenant admin sees the tenant's threads; anyone else only their own.
+        A tenant admin, or anyone of a tenant whose threads are visible tenant-wide, sees the
+        tenant's threads; anyone else only their own.
         """
         where, args = "c.tenant_id = %s", [self.who.tenant_id]
-        if not self.who.has_role("admin"):
+        if not self.who.has_role("admin") and self.visibility != "tenant":
             where, args = f"{where} AND c.user_id = %s", [*args, self.who.user_id]
         extra, more = metadata_sql(self.filters, "c.metadata")
         return (f"{where} AND {extra}", [*args, *more]) if extra else (where, args)
@@ -64,25 +68,46 @@ class ThreadKeeper:
         found = await cur.fetchone()
         if found is None:
             raise ThreadNotFoundError(thread_id)
+        await refresh_ttl(conn, thread_id)
         return found
 
     async def create(
-        self, thread_id: str | None, metadata: dict[str, Any], if_exists: str = "raise"
+        self,
+        thread_id: str | None,
+        metadata: dict[str, Any],
+        if_exists: str = "raise",
+        ttl: Any = None,
+        *,
+        expires_in_s: float | None = None,
     ) -> dict[str, Any]:
         """Create a thread (a conversation owned by the caller) and return its view.
+
+        Args:
+            thread_id: Its id; None makes one.
+            metadata: Its metadata.
+            if_exists: `raise` or `do_nothing` when `thread_id` exists.
+            ttl: Its `ttl` as the SDK sends it (minutes, or `{"ttl", "strategy"}`).
+            expires_in_s: Delete it after this long unless a run takes it over (a stateless
+                run's thread, until the run that deletes it on completion exists).
 
         Raises:
             ThreadExistsError: `thread_id` exists and `if_exists` is not `do_nothing`.
         """
         thread_id = thread_id or str(uuid.uuid4())
-        async with self.pool.connection() as conn:
+        minutes = ttl_minutes(ttl)
+        if expires_in_s is not None:
+            minutes = expires_in_s / 60
+        async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "INSERT INTO conversations (id, tenant_id, user_id, metadata)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id",
                 (thread_id, self.who.tenant_id, self.who.user_id, Jsonb(metadata)),
             )
-            if await cur.fetchone() is None and if_exists != "do_nothing":
-                raise ThreadExistsError(thread_id)
+            if await cur.fetchone() is None:
+                if if_exists != "do_nothing":
+                    raise ThreadExistsError(thread_id)
+            elif minutes is not None:
+                await set_ttl(conn, thread_id, minutes)
         return await self.get(thread_id)
 
     async def get(self, thread_id: str) -> dict[str, Any]:
@@ -116,15 +141,29 @@ class ThreadKeeper:
             return "busy", found["updated"]
         return ("error" if found["last"] == "failed" else "idle"), found["updated"]
 
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
-        """Merge `metadata` into the thread's."""
-        async with self.pool.connection() as conn:
+    async def update(
+        self, thread_id: str, metadata: dict[str, Any], ttl: Any = None
+    ) -> dict[str, Any]:
+        """Merge `metadata` into the thread's; a `ttl` replaces its expiry."""
+        minutes = ttl_minutes(ttl)
+        async with self.pool.connection() as conn, conn.transaction():
             await self.row(conn, thread_id)
             await conn.execute(
                 "UPDATE conversations SET metadata = metadata || %s WHERE id = %s",
                 (Jsonb(metadata), thread_id),
             )
+            if minutes is not None:
+                await set_ttl(conn, thread_id, minutes)
         return await self.get(thread_id)
+
+    async def ttl(self, thread_id: str) -> dict[str, Any] | None:
+        """Return the thread's `ttl` (`strategy`, `ttl` minutes, `expires_at`), or None."""
+        async with self.pool.connection() as conn:
+            await self.row(conn, thread_id)
+            found = await ttl_view(conn, thread_id)
+        if found is not None:
+            found["expires_at"] = iso(found["expires_at"])
+        return found
 
     async def delete(self, thread_id: str) -> None:
         """Delete the thread, its runs, their events and its checkpoints."""
