@@ -58,22 +58,39 @@ def thread_modes(requested: list[str] | None) -> bool:
 
 
 async def _next_run(pool: Pool, thread_id: str, after: str | None) -> dict[str, Any] | None:
-    """Return the run to follow: the first created after `after`, else the oldest unfinished."""
+    """Return the thread's first run created after run `after` (None: its first run)."""
     async with pool.connection() as conn:
-        if after is not None:
-            cur = await conn.execute(
-                "SELECT r.id, r.status, r.attempt FROM runs r, runs a WHERE a.id = %s"
-                " AND r.conversation_id = %s AND (r.created_at, r.id) > (a.created_at, a.id)"
-                " ORDER BY r.created_at, r.id LIMIT 1",
-                (after, thread_id),
-            )
-        else:
-            cur = await conn.execute(
-                "SELECT id, status, attempt FROM runs WHERE conversation_id = %s"
-                f" AND NOT {status_in(TERMINAL)} ORDER BY created_at, id LIMIT 1",
-                (thread_id,),
-            )
+        cur = await conn.execute(
+            "SELECT r.id FROM runs r WHERE r.conversation_id = %(t)s AND (%(a)s::text IS NULL"
+            " OR (r.created_at, r.id) > (SELECT a.created_at, a.id FROM runs a WHERE a.id = %(a)s))"
+            " ORDER BY r.created_at, r.id LIMIT 1",
+            {"t": thread_id, "a": after},
+        )
         return await cur.fetchone()
+
+
+async def _joined_run(pool: Pool, thread_id: str) -> tuple[str | None, str | None]:
+    """Return `(run to stream, run to follow)` for a new join.
+
+    That is the oldest unfinished run, else the thread's newest run: only runs created after
+    it are streamed.
+    """
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id FROM runs WHERE conversation_id = %s"
+            f" AND NOT {status_in(TERMINAL)} ORDER BY created_at, id LIMIT 1",
+            (thread_id,),
+        )
+        current = await cur.fetchone()
+        if current is not None:
+            return current["id"], None
+        cur = await conn.execute(
+            "SELECT id FROM runs WHERE conversation_id = %s ORDER BY created_at DESC, id DESC"
+            " LIMIT 1",
+            (thread_id,),
+        )
+        newest = await cur.fetchone()
+    return None, newest["id"] if newest else None
 
 
 async def _ended(pool: Pool, run_id: str) -> str:
@@ -99,14 +116,14 @@ async def thread_stream(
     stop: asyncio.Event | None = None,
 ) -> AsyncIterator[str]:
     """Yield the thread's runs' streams after `cursor`, each closed by `run_done`."""
-    current: str | None = None
     after: int | None = None
-    if cursor is not None:
+    if cursor is None:
+        current, previous = await _joined_run(pool, thread_id)
+    else:
         current, after = cursor
+        previous = None
         if after is None:  # that run is done: go on with the next one
             previous, current = current, None
-    else:
-        previous = None
     waited = 0.0
     while stop is None or not stop.is_set():
         if current is None:

@@ -19,6 +19,7 @@ from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
 from server.app import create_app
+from server.auth import create_api_key
 from server.db.pool import Pool
 from server.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, Reply
@@ -234,3 +235,132 @@ async def _at_least(read: Any, n: int) -> bool:
 
 async def _is_zero(read: Any) -> bool:
     return bool(await read() == 0)
+
+
+@pytest.fixture(scope="module")
+async def keyed_url(app_settings: Settings, model_env: None) -> AsyncIterator[str]:
+    secured = app_settings.model_copy(
+        update={"auth_enabled": True, "langgraph_thread_visibility": {"support": "tenant"}}
+    )
+    async with serve(create_app(secured)) as base:
+        yield base
+
+
+TEAMS = (("support", "ann"), ("support", "ben"), ("acme", "cat"), ("acme", "dan"))
+
+
+async def test_a_tenant_setting_shows_every_users_threads_to_the_whole_tenant(
+    keyed_url: str, pool: Pool
+) -> None:
+    def as_user(key: str) -> LangGraphClient:
+        return get_client(url=keyed_url, api_key=None, headers={"Authorization": f"Bearer {key}"})
+
+    users = {n: as_user(await create_api_key(pool, t, n, [])) for t, n in TEAMS}
+    ann, ben, cat, dan = (users[n] for n in ("ann", "ben", "cat", "dan"))
+    shared = (await ann.threads.create(metadata={"ticket": "T-1"}))["thread_id"]
+    private = (await cat.threads.create())["thread_id"]
+    assert [t["thread_id"] for t in await ben.threads.search()] == [shared]
+    assert (await ben.threads.get(shared))["metadata"]["ticket"] == "T-1"
+    await ben.threads.update(shared, metadata={"handled_by": "ben"})
+    assert await dan.threads.search() == []  # acme keeps the default: owner only
+    with pytest.raises(httpx.HTTPStatusError) as hidden:
+        await dan.threads.get(private)
+    assert hidden.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as other_tenant:
+        await ben.threads.get(private)
+    assert other_tenant.value.response.status_code == 404
+
+
+async def test_a_threads_join_stream_follows_its_runs_and_resumes_after_last_event_id(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    fake.script("m-thread", Reply(text="first answer"), Reply(text="second answer"))
+    tid = (await client.threads.create())["thread_id"]
+    context, modes = {"model": "m-thread"}, ["values", "updates"]
+    seen: list[Any] = []
+    two_done = asyncio.Event()
+
+    async def follow() -> None:
+        async for part in await client.threads.join_stream(tid):  # a coroutine in the SDK
+            seen.append(part)
+            if sum(p.event == "run_done" for p in seen) == 2:
+                two_done.set()
+                return
+
+    follower = asyncio.create_task(follow())
+    first = await client.runs.create(tid, "tool_agent", input=ask("1"), context=context)
+    await client.runs.join(tid, first["run_id"])
+    second = await client.runs.create(
+        tid, "tool_agent", input=ask("2"), context=context, stream_mode=modes
+    )
+    async with asyncio.timeout(SLOW_S):
+        await two_done.wait()
+    await follower
+    runs = [first["run_id"], second["run_id"]]
+    done = [p.data for p in seen if p.event == "run_done"]
+    assert done == [{"run_id": r, "status": "success"} for r in runs]
+    assert [p.data["run_id"] for p in seen if p.event == "metadata"] == runs
+    # Each run's parts are those its own join stream gives, their ids naming the run (the SDK
+    # gives `metadata`, which has none, the id before it, as SSE clients do).
+    for run_id in runs:
+        own = [p for p in await _parts(client.runs.join_stream(tid, run_id)) if _part(p)]
+        mine = [p for p in seen if _part(p) and p.id.startswith(f"{run_id}:")]
+        assert [(p.event, p.data) for p in mine] == [(p.event, p.data) for p in own]
+        assert [p.id for p in mine] == [f"{run_id}:{p.id}" for p in own]
+    # A reconnect after the first run's second part gets exactly what followed it.
+    cut = [p for p in seen if _part(p)][1]
+    rest: list[Any] = []
+    async for part in await client.threads.join_stream(tid, last_event_id=cut.id):
+        rest.append(part)
+        if part.event == "run_done" and part.data["run_id"] == runs[1]:
+            break
+    after = seen[seen.index(cut) + 1 :]
+    assert [(p.event, p.data) for p in rest] == [(p.event, p.data) for p in after]
+    assert [p.id for p in rest if _part(p)] == [p.id for p in after if _part(p)]
+    with pytest.raises(httpx.HTTPStatusError) as bad:
+        await _parts(await client.threads.join_stream(tid, stream_mode="state_update"))
+    assert bad.value.response.status_code == 422
+
+
+def _part(part: Any) -> bool:
+    """Say whether a stream part is a run's part (not `metadata` or `run_done`)."""
+    return bool(part.id) and part.event not in ("metadata", "run_done")
+
+
+async def _parts(stream: AsyncIterator[Any]) -> list[Any]:
+    return [p async for p in stream]
+
+
+async def test_a_cancel_through_either_api_stops_a_run_of_the_other(
+    client: LangGraphClient, fake: FakeOpenAI, url: str
+) -> None:
+    fake.script("m-slow-lg", Reply(text="never", delay_s=60))
+    fake.script("m-slow-native", Reply(text="never", delay_s=60))
+    tid = (await client.threads.create())["thread_id"]
+    lg_run = await client.runs.create(
+        tid, "tool_agent", input=ask("slow"), context={"model": "m-slow-lg"}
+    )
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await until(lambda: _native_status(http, lg_run["run_id"], "running"), "LG run running")
+        cancelled = await http.post(f"/api/runs/{lg_run['run_id']}/cancel")
+        assert cancelled.status_code == 202
+        await client.runs.join(tid, lg_run["run_id"])
+        assert (await client.runs.get(tid, lg_run["run_id"]))["status"] == "interrupted"
+        posted = await http.post(
+            f"/api/conversations/{tid}/messages",
+            json={"content": "slow too", "model": "openai:m-slow-native"},
+        )
+        native_id = posted.json()["runId"]
+        await until(lambda: _native_status(http, native_id, "running"), "native run running")
+        await client.runs.cancel(tid, native_id, wait=True)
+        assert (await native(http, native_id))["status"] == "cancelled"
+        assert (await client.runs.get(tid, native_id))["status"] == "interrupted"
+        # One path: both ended with the same `run.cancelled` event of the native log.
+        for run_id in (lg_run["run_id"], native_id):
+            log = (await http.get(f"/api/runs/{run_id}/events")).text
+            assert log.count("event: run.cancelled") == 1, log[-500:]
+            assert (await native(http, run_id))["status"] == "cancelled"
+
+
+async def _native_status(http: httpx.AsyncClient, run_id: str, want: str) -> bool:
+    return bool((await native(http, run_id))["status"] == want)
