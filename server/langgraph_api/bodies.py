@@ -78,6 +78,20 @@ class ThreadTtl(Body):
     strategy: Literal["delete"] = "delete"
 
 
+class SuperstepUpdate(Body):
+    """One write of a superstep: `values` as if node `as_node` returned them."""
+
+    values: Any = None
+    command: dict[str, Any] | None = None
+    as_node: str | None = Field(None, max_length=200)
+
+
+class Superstep(Body):
+    """The writes applied together as one step of the graph."""
+
+    updates: list[SuperstepUpdate] = Field(min_length=1, max_length=100)
+
+
 class ThreadCreate(Body):
     """A new thread."""
 
@@ -85,6 +99,7 @@ class ThreadCreate(Body):
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] | None = None
     ttl: ThreadTtl | float | None = None
+    supersteps: list[Superstep] | None = Field(None, max_length=1000)
 
 
 class ThreadPatch(Body):

@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import InvalidUpdateError
 from langgraph.pregel import Pregel
-from langgraph.types import StateSnapshot
+from langgraph.types import StateSnapshot, StateUpdate
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
@@ -282,6 +282,23 @@ class ThreadKeeper:
             raise InvalidGraphRequestError(f"cannot update the thread's state: {exc}") from exc
         return {"checkpoint": config["configurable"]}
 
+    async def apply_supersteps(self, thread_id: str, supersteps: list[Any]) -> dict[str, Any]:
+        """Write `supersteps` (each a list of `values`/`as_node` updates) to a new thread.
+
+        A thread whose supersteps cannot be applied is deleted again.
+
+        Raises:
+            InvalidGraphRequestError: an update sends a `command`, or names no node.
+        """
+        try:
+            steps = [[_update(u) for u in step.get("updates") or []] for step in supersteps]
+            graph = await self.graph_of(thread_id)
+            await graph.abulk_update_state(thread_config(thread_id), steps)
+        except (InvalidUpdateError, InvalidGraphRequestError) as exc:
+            await self.delete(thread_id)  # the create fails whole
+            raise InvalidGraphRequestError(f"cannot apply the supersteps: {exc}") from exc
+        return await self.get(thread_id)
+
     async def copy(self, thread_id: str) -> dict[str, Any]:
         """Copy the thread (metadata and every checkpoint) to a new thread id."""
         async with self.pool.connection() as conn:
@@ -306,6 +323,12 @@ class ThreadKeeper:
                     mine = [(c, v) for t, c, v in found.pending_writes or [] if t == task_id]
                     await saver.aput_writes(stored, mine, task_id)
         return await self.get(new["thread_id"])
+
+
+def _update(update: dict[str, Any]) -> StateUpdate:
+    if update.get("command") is not None:
+        raise InvalidGraphRequestError("a superstep update with a `command` is not served")
+    return StateUpdate(update.get("values"), update.get("as_node"))
 
 
 def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> RunnableConfig:

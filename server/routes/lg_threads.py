@@ -28,15 +28,18 @@ router = APIRouter(tags=["langgraph: threads"], responses=LANGGRAPH_ERRORS)
 async def create(
     lg: LangGraphDep, sent: Annotated[ThreadCreate, CleanText, Body()]
 ) -> dict[str, Any]:
-    """Create a thread (`thread_id`, `metadata`, `if_exists`: raise | do_nothing, `ttl`)."""
+    """Create a thread (`thread_id`, `metadata`, `if_exists`, `ttl`, `supersteps`)."""
     body = sent.data()
     keeper = await lg.threads("create", body)
-    return await keeper.create(
+    thread = await keeper.create(
         body.get("thread_id"),
         dict(body.get("metadata") or {}),
         body.get("if_exists") or "raise",
         body.get("ttl"),
     )
+    if body.get("supersteps"):
+        thread = await keeper.apply_supersteps(thread["thread_id"], body["supersteps"])
+    return thread
 
 
 @router.post("/threads/search")

@@ -364,3 +364,24 @@ async def test_a_cancel_through_either_api_stops_a_run_of_the_other(
 
 async def _native_status(http: httpx.AsyncClient, run_id: str, want: str) -> bool:
     return bool((await native(http, run_id))["status"] == want)
+
+
+async def test_a_thread_is_created_with_supersteps_applied(client: LangGraphClient) -> None:
+    said = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    thread = await client.threads.create(
+        graph_id="tool_agent",
+        supersteps=[
+            {"updates": [{"values": {"messages": said[:1]}, "as_node": "agent"}]},
+            {"updates": [{"values": {"messages": said[1:]}, "as_node": "agent"}]},
+        ],
+    )
+    state = await client.threads.get_state(thread["thread_id"])
+    assert [m["content"] for m in state["values"]["messages"]] == ["hi", "hello"]
+    history = await client.threads.get_history(thread["thread_id"])
+    assert [h["metadata"]["source"] for h in history][:2] == ["update", "update"]
+    with pytest.raises(httpx.HTTPStatusError) as bad:
+        await client.threads.create(
+            graph_id="tool_agent",
+            supersteps=[{"updates": [{"values": {}, "as_node": "no_such_node"}]}],
+        )
+    assert bad.value.response.status_code == 422
