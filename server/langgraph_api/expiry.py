@@ -5,7 +5,8 @@ the LangGraph jobs of every worker (`sweep_threads`), so a crash between a run's
 thread's deletion only delays the deletion. A stream or wait that delivered a stateless
 run's result deletes its thread at once (`delete_after_delivery`); the sweep gives such
 threads `grace_s` after the run ended, so that a client still reading the result is not cut
-off.
+off. A thread whose run still has a webhook to deliver waits for the delivery (or its last
+attempt).
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from server.db.pool import Conn, Pool
 from server.domain import IN_PROGRESS, TERMINAL, status_in
 from server.errors import InvalidGraphRequestError
+from server.langgraph_api.webhooks import MAX_ATTEMPTS
 
 log = logging.getLogger(__name__)
 
+# A run's webhook still to be delivered reads the thread: its thread waits for it.
+_NO_WEBHOOK_DUE = f"""NOT EXISTS (SELECT 1 FROM lg_webhooks w WHERE w.run_id = x.run_id
+    AND w.delivered_at IS NULL AND w.attempts < {MAX_ATTEMPTS})"""
 _DUE = f"""
 SELECT x.thread_id FROM lg_thread_expiry x
 WHERE (x.expires_at IS NOT NULL AND x.expires_at <= now())
-   OR (x.run_id IS NOT NULL AND EXISTS (
+   OR (x.run_id IS NOT NULL AND {_NO_WEBHOOK_DUE} AND EXISTS (
         SELECT 1 FROM runs r WHERE r.id = x.run_id AND {status_in(TERMINAL, "r.status")}
           AND COALESCE(r.finished_at, r.updated_at) <= now() - make_interval(secs => %s)))
    OR (x.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = x.run_id))
@@ -106,7 +111,7 @@ async def delete_after_delivery(
     async with pool.connection() as conn, conn.transaction():
         cur = await conn.execute(
             "SELECT x.thread_id FROM lg_thread_expiry x JOIN runs r ON r.id = x.run_id"
-            f" WHERE x.run_id = %s AND {status_in(TERMINAL, 'r.status')}"
+            f" WHERE x.run_id = %s AND {status_in(TERMINAL, 'r.status')} AND {_NO_WEBHOOK_DUE}"
             " FOR UPDATE OF x SKIP LOCKED",
             (run_id,),
         )

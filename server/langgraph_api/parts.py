@@ -96,19 +96,15 @@ class StreamParts:
         return found
 
 
-async def graph_parts(
-    graph: Pregel[Any], events: bool, graph_input: Any, config: Any, **kwargs: Any
+async def graph_events(
+    graph: Pregel[Any], graph_input: Any, config: Any, **kwargs: Any
 ) -> AsyncIterator[tuple[tuple[str, ...], str, Any]]:
-    """Yield `graph.astream(..., subgraphs=True)`'s parts; with `events`, also each event.
+    """Yield what `graph.astream(..., subgraphs=True)` would, and each event as mode `events`.
 
-    With `events` the graph runs under `astream_events` (v2): the root graph's
-    `on_chain_stream` events are the parts `astream` would yield, every other event is
-    yielded as a part of mode `events` (those tagged `langsmith:hidden` are left out).
+    The graph runs under `astream_events` (v2): the root graph's `on_chain_stream` events are
+    the parts `astream` would yield, every other event is yielded as a part of mode `events`
+    (those tagged `langsmith:hidden` are left out).
     """
-    if not events:
-        async for ns, mode, chunk in graph.astream(graph_input, config, subgraphs=True, **kwargs):
-            yield ns, mode, chunk
-        return
     root: str | None = None
     stream = graph.astream_events(graph_input, config, version="v2", subgraphs=True, **kwargs)
     async for event in stream:

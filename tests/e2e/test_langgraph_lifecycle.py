@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request, Response
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
@@ -385,3 +386,42 @@ async def test_a_thread_is_created_with_supersteps_applied(client: LangGraphClie
             supersteps=[{"updates": [{"values": {}, "as_node": "no_such_node"}]}],
         )
     assert bad.value.response.status_code == 422
+
+
+async def test_a_deleted_threads_webhook_is_still_delivered_with_its_values(
+    client: LangGraphClient, fake: FakeOpenAI, pool: Pool, app_settings: Settings
+) -> None:
+    received: list[dict[str, Any]] = []
+    arrived = asyncio.Event()
+    receiver = FastAPI()
+    receiver.state.settings = app_settings
+
+    @receiver.post("/hook")
+    async def hook(request: Request) -> Response:
+        received.append(await request.json())
+        arrived.set()
+        return Response(status_code=503 if len(received) == 1 else 204)
+
+    fake.script("m-hook-gone", Reply(text="done"))
+    before = await _threads(pool)
+    async with serve(receiver) as hook_url:
+        values = await client.runs.wait(
+            None,
+            "tool_agent",
+            input=ask("hello"),
+            context={"model": "m-hook-gone"},
+            on_completion="delete",
+            webhook=f"{hook_url}/hook",
+        )
+        async with asyncio.timeout(SLOW_S):
+            while len(received) < 2:
+                arrived.clear()
+                await arrived.wait()
+    assert values["messages"][-1]["content"] == "done"
+    assert [r["status"] for r in received] == ["success", "success"]
+    assert received[-1]["values"]["messages"][-1]["content"] == "done"
+    await until(lambda: _same(_threads(pool), before), "the thread deleted after the webhook")
+
+
+async def _same(now: Any, before: set[str]) -> bool:
+    return bool(await now == before)
