@@ -132,6 +132,8 @@ class Run:
     depth: int = 0
     # Set when the retention dropped the run's event log (record and snapshot stay).
     events_expired_at: datetime | None = None
+    # A delayed run (the LangGraph API's `after_seconds`) is not claimed before this time.
+    not_before: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:

@@ -169,7 +169,7 @@ async def open_runtime(
             await worker.start()
             memory_jobs = MemoryJobs(pool, store, models, settings)
             await memory_jobs.start()
-            graph_jobs = LangGraphJobs(pool, graphs, notifier, settings)
+            graph_jobs = LangGraphJobs(pool, graphs, notifier, settings, store)
             await graph_jobs.start()
             knowledge_jobs = KnowledgeJobs(
                 pool, knowledge.embedders, settings, cells=knowledge.probes is not None

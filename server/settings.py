@@ -272,6 +272,14 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
+    # LangGraph API threads (docs/langgraph.md): how long a thread marked `on_completion:
+    # delete` outlives its run when no stream or wait delivered it, how often threads and
+    # store items past their ttl are swept, and per tenant who sees a thread: `owner`
+    # (default) or `tenant` (every user of the tenant, e.g. for a support team).
+    langgraph_delete_grace_s: float = Field(default=60.0, ge=0)
+    langgraph_sweep_s: float = Field(default=5.0, gt=0)
+    langgraph_thread_visibility: dict[str, Literal["owner", "tenant"]] = Field(default_factory=dict)
+
     # Knowledge bases (docs/knowledge.md). Documents may be fetched by URL from these hosts
     # only (and their subdomains); empty: adding by URL is refused.
     knowledge_url_allowlist: list[str] = []

@@ -22,7 +22,7 @@ from server.agents.store import run_agent
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
-from server.langgraph_api.parts import StreamParts
+from server.langgraph_api.parts import StreamParts, graph_events
 from server.langgraph_api.rollback import delete_run_checkpoints
 from server.langgraph_api.serde import to_json
 from server.langgraph_api.usage import UsageCallbackHandler
@@ -72,17 +72,20 @@ class GraphAttempt(Attempt):
             context = await self._context(agent)
             if isinstance(graph_input, dict):
                 graph_input = {**graph_input, "run_id": self.run.id, "step": 0}
-        async for ns, mode, chunk in graph.astream(
-            graph_input,
-            config,
-            context=context,
-            stream_mode=sorted(modes | (set(STREAM_MODES) if entry.own else set())),
-            subgraphs=True,
-            interrupt_before=params.get("interrupt_before"),
-            interrupt_after=params.get("interrupt_after"),
-            control=self.handle.control,
-            durability=params.get("durability") or "sync",
-        ):
+        options: dict[str, Any] = {
+            "context": context,
+            "stream_mode": sorted(modes | (set(STREAM_MODES) if entry.own else set())),
+            "interrupt_before": params.get("interrupt_before"),
+            "interrupt_after": params.get("interrupt_after"),
+            "control": self.handle.control,
+            "durability": params.get("durability") or "sync",
+        }
+        stream = (
+            graph_events(graph, graph_input, config, **options)
+            if parts.events
+            else graph.astream(graph_input, config, subgraphs=True, **options)
+        )
+        async for ns, mode, chunk in stream:
             if entry.own and not ns:
                 self.projector.handle(mode, chunk)
             if mode == "values" and not ns and replayed is not None:

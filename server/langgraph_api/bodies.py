@@ -71,18 +71,42 @@ class RunCreate(Body):
     after_seconds: int | None = Field(None, ge=0, le=366 * 24 * 3600)
 
 
+class ThreadTtl(Body):
+    """When a thread is deleted: `ttl` minutes after it was last created, updated or read."""
+
+    ttl: float = Field(gt=0, le=366 * 24 * 60)
+    strategy: Literal["delete"] = "delete"
+
+
+class SuperstepUpdate(Body):
+    """One write of a superstep: `values` as if node `as_node` returned them."""
+
+    values: Any = None
+    command: dict[str, Any] | None = None
+    as_node: str | None = Field(None, max_length=200)
+
+
+class Superstep(Body):
+    """The writes applied together as one step of the graph."""
+
+    updates: list[SuperstepUpdate] = Field(min_length=1, max_length=100)
+
+
 class ThreadCreate(Body):
     """A new thread."""
 
     thread_id: str | None = Field(None, min_length=1, max_length=200)
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] | None = None
+    ttl: ThreadTtl | float | None = None
+    supersteps: list[Superstep] | None = Field(None, max_length=1000)
 
 
 class ThreadPatch(Body):
-    """A thread's new metadata (merged)."""
+    """A thread's new metadata (merged) and expiry."""
 
     metadata: dict[str, Any] | None = None
+    ttl: ThreadTtl | float | None = None
 
 
 class Page(Body):
@@ -212,6 +236,7 @@ class CronCreate(Body):
     durability: Literal["sync", "async", "exit"] | None = None
     end_time: datetime | None = None
     enabled: bool | None = None
+    on_run_completed: Literal["delete", "keep"] | None = None
 
 
 class CronPatch(Body):
@@ -242,6 +267,7 @@ class StorePut(Body):
     key: str = Field(min_length=1, max_length=1000)
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
+    ttl: float | None = Field(None, gt=0, le=366 * 24 * 60)
 
 
 class StoreDelete(Body):
@@ -257,6 +283,7 @@ class StoreSearch(Page):
     namespace_prefix: list[str] | None = None
     filter: dict[str, Any] | None = None
     query: str | None = Field(None, max_length=10_000)
+    refresh_ttl: bool | None = None
 
 
 class NamespaceQuery(Page):

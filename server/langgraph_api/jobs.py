@@ -1,4 +1,8 @@
-"""The LangGraph API's background work in a worker process: fire due crons, deliver webhooks."""
+"""The LangGraph API's background work in a worker process.
+
+It fires due crons, delivers webhooks, and sweeps threads past their `ttl` or their
+`on_completion: delete` run, and store items past their `ttl`.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from langgraph.store.postgres import AsyncPostgresStore
 
 from server.auth import Principal
 from server.db.pool import Pool
 from server.events.notify import Notifier
 from server.langgraph_api.crons import claim_firing, mark_fired
+from server.langgraph_api.expiry import sweep_threads
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.runs import LangGraphRuns
 from server.langgraph_api.webhooks import claim_delivery, deliver
@@ -31,8 +37,10 @@ class LangGraphJobs:
     graphs: GraphRegistry
     notifier: Notifier
     settings: Settings
+    store: AsyncPostgresStore | None = None
     http: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=10))
     _task: asyncio.Task[None] | None = None
+    _swept_at: float = float("-inf")
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
@@ -80,7 +88,20 @@ class LangGraphJobs:
                 body["values"] = result
             await deliver(self.pool, self.http, delivery, body)
             worked = True
+        await self.sweep()
         return worked
+
+    async def sweep(self, *, now: bool = False) -> None:
+        """Delete expired threads and store items, at most every `langgraph_sweep_s`."""
+        clock = asyncio.get_running_loop().time()
+        if not now and clock - self._swept_at < self.settings.langgraph_sweep_s:
+            return
+        self._swept_at = clock
+        await sweep_threads(
+            self.pool, self.graphs.checkpointer, self.settings.langgraph_delete_grace_s
+        )
+        if self.store is not None:
+            await self.store.sweep_ttl()
 
     async def _fire(self, cron: dict[str, Any], due: datetime) -> None:
         body = {**cron["payload"], "metadata": {**cron["metadata"], "cron_id": cron["cron_id"]}}

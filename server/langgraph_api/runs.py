@@ -30,6 +30,7 @@ from server.errors import (
 from server.events.notify import Notifier
 from server.langgraph_api.assistant_book import AssistantBook, merged
 from server.langgraph_api.auth import Filters
+from server.langgraph_api.expiry import delete_after_run
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.parts import API_MODES
 from server.langgraph_api.rollback import delete_run_checkpoints
@@ -57,7 +58,10 @@ KEPT = (
     "multitask_strategy",
     "webhook",
     "on_completion",
+    "after_seconds",
 )
+# A stateless run's thread marked for deletion lives at most this long before its run exists.
+ORPHAN_THREAD_S = 3600.0
 _SELECT = (
     "SELECT r.*, EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id"
     " AND e.type = 'graph.interrupted') AS interrupted FROM runs r"
@@ -107,7 +111,8 @@ class LangGraphRuns:
     @property
     def threads(self) -> ThreadKeeper:
         """The caller's threads (those the auth handlers' filters let through)."""
-        return ThreadKeeper(self.pool, self.graphs, self.who, self.filters)
+        visibility = self.settings.langgraph_thread_visibility.get(self.who.tenant_id, "owner")
+        return ThreadKeeper(self.pool, self.graphs, self.who, self.filters, visibility)
 
     async def create(self, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
         """Queue a run on `thread_id` (a new thread when None); return its view.
@@ -139,8 +144,11 @@ class LangGraphRuns:
         if strategy not in ("reject", "interrupt", "rollback", "enqueue"):
             raise InvalidGraphRequestError(f"unknown multitask_strategy {strategy!r}")
         metadata = {"graph_id": entry.graph_id, "assistant_id": assistant["assistant_id"]}
+        delete_after = thread_id is None and body.get("on_completion") == "delete"
         if thread_id is None:
-            thread_id = (await self.threads.create(None, metadata))["thread_id"]
+            orphan_s = ORPHAN_THREAD_S if delete_after else None
+            thread = await self.threads.create(None, metadata, expires_in_s=orphan_s)
+            thread_id = thread["thread_id"]
         else:
             await self._ensure_thread(thread_id, metadata, body.get("if_not_exists") or "reject")
         params = {k: body.get(k) for k in KEPT}
@@ -171,9 +179,13 @@ class LangGraphRuns:
                 {"langgraph": params},
                 if_busy=STRATEGIES.get(strategy, "enqueue"),
                 agent=agent,
+                after_s=body.get("after_seconds") or None,
             )
         except ConversationBusyError as exc:
             raise ThreadBusyError(thread_id, exc.run_id) from exc
+        if delete_after:
+            async with self.pool.connection() as conn:
+                await delete_after_run(conn, thread_id, run.id)
         if body.get("webhook"):
             await add_webhook(self.pool, run.id, body["webhook"])
         return run_view(run)

@@ -17,11 +17,13 @@ from server.events.notify import Notifier
 from server.langgraph_api.assistant_book import AssistantBook
 from server.langgraph_api.auth import AuthUser, Filters, GraphAuth
 from server.langgraph_api.crons import CronBook
+from server.langgraph_api.expiry import delete_after_delivery
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.parts import stored_modes
 from server.langgraph_api.runs import LangGraphRuns
 from server.langgraph_api.store import StoreGate
 from server.langgraph_api.stream import graph_stream
+from server.langgraph_api.thread_stream import parse_cursor, thread_modes, thread_stream
 from server.langgraph_api.threads import ThreadKeeper
 from server.settings import Settings
 
@@ -57,7 +59,8 @@ class LangGraphService:
     async def threads(self, action: str, value: dict[str, Any] | None = None) -> ThreadKeeper:
         """The caller's threads, as the auth handler of `threads`.`action` lets it see them."""
         filters = await self.authorize("threads", action, value)
-        return ThreadKeeper(self.pool, self.graphs, self.who, filters)
+        visibility = self.settings.langgraph_thread_visibility.get(self.who.tenant_id, "owner")
+        return ThreadKeeper(self.pool, self.graphs, self.who, filters, visibility)
 
     async def runs(self, action: str, value: dict[str, Any] | None = None) -> LangGraphRuns:
         """The caller's runs; their threads pass the handler of `threads`.`action`."""
@@ -104,6 +107,23 @@ class LangGraphService:
             stop=self.stopping,
         )
 
+    async def thread_stream(
+        self, thread_id: str, *, last_event_id: str | None, modes: list[str] | None
+    ) -> AsyncIterator[str]:
+        """Return the thread's SSE: its runs one after another, resumed after `last_event_id`."""
+        cursor, parts = parse_cursor(last_event_id), thread_modes(modes)
+        async with self.pool.connection() as conn:
+            await (await self.threads("read")).row(conn, thread_id)
+        return thread_stream(
+            self.pool,
+            self.notifier,
+            thread_id,
+            cursor=cursor,
+            parts=parts,
+            heartbeat_s=self.settings.sse_heartbeat_s,
+            stop=self.stopping,
+        )
+
     async def waiting(self, run_id: str) -> AsyncIterator[bytes]:
         """Yield a newline now and then until the run ends, then the run's result as JSON."""
         runs = await self.runs("read")
@@ -117,5 +137,10 @@ class LangGraphService:
             waiter.result()
             result: Any = await runs.result(run_id)
             yield json.dumps(result).encode()
+            await self.delivered(run_id)
         finally:
             waiter.cancel()
+
+    async def delivered(self, run_id: str) -> None:
+        """Delete the run's thread now if it is marked `on_completion: delete` and has ended."""
+        await delete_after_delivery(self.pool, self.graphs.checkpointer, run_id)

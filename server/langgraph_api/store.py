@@ -67,11 +67,16 @@ class StoreGate:
             str(body.get("key") or ""),
             value,
             index=index if index is False or isinstance(index, list) else None,
+            ttl=body.get("ttl"),
         )
 
-    async def get(self, namespace: str, key: str) -> dict[str, Any]:
-        """Return the item, or raise LangGraphItemNotFoundError."""
-        found = await self.store.aget(self._allowed(namespace.split(".")), key)
+    async def get(
+        self, namespace: str, key: str, refresh_ttl: bool | None = None
+    ) -> dict[str, Any]:
+        """Return the item (renewing its ttl unless `refresh_ttl` is false), or raise."""
+        found = await self.store.aget(
+            self._allowed(namespace.split(".")), key, refresh_ttl=refresh_ttl
+        )
         if found is None:
             raise LangGraphItemNotFoundError(f"no item {key!r} in namespace {namespace!r}")
         return item_view(found)
@@ -92,6 +97,7 @@ class StoreGate:
                 filter=body.get("filter"),
                 limit=int(body.get("limit") or 10),
                 offset=int(body.get("offset") or 0),
+                refresh_ttl=body.get("refresh_ttl"),
             )
         except ValueError as exc:  # the store refuses a filter operator it does not know
             raise InvalidGraphRequestError(f"filter: {exc}") from exc

@@ -19,7 +19,7 @@ from server.events.log import read_events
 from server.events.notify import Notifier
 
 
-def sse(event: str, data: object, seq: int | None = None) -> str:
+def sse(event: str, data: object, seq: int | str | None = None) -> str:
     """Format one SSE frame with an optional `id`."""
     head = f"id: {seq}\n" if seq is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
@@ -36,8 +36,12 @@ async def graph_stream(
     attempt: int = 1,
     page: int = 1000,
     stop: asyncio.Event | None = None,
+    id_prefix: str = "",
 ) -> AsyncIterator[str]:
-    """Yield the run's stream after event `after` (from the start with `metadata` if None)."""
+    """Yield the run's stream after event `after` (from the start with `metadata` if None).
+
+    Each frame's id is its seq after `id_prefix` (a thread's stream names the run there).
+    """
     if after is None:
         yield sse("metadata", {"run_id": run_id, "attempt": attempt})
     cursor = after or 0
@@ -59,11 +63,11 @@ async def graph_stream(
                     chunk = json.loads(wire)["data"]
                     if modes is None or chunk["mode"] in modes:
                         name = chunk["mode"] + (f"|{chunk['ns']}" if chunk["ns"] else "")
-                        yield sse(name, chunk["data"], seq)
+                        yield sse(name, chunk["data"], f"{id_prefix}{seq}")
                 elif kind == EventType.RUN_FAILED:
                     data = json.loads(wire)["data"]
                     error = {"error": data.get("errorType"), "message": data.get("message")}
-                    yield sse("error", error, seq)
+                    yield sse("error", error, f"{id_prefix}{seq}")
                     return
                 elif kind in TERMINAL_EVENTS:
                     return

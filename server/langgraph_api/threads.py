@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import InvalidUpdateError
 from langgraph.pregel import Pregel
-from langgraph.types import StateSnapshot
+from langgraph.types import StateSnapshot, StateUpdate
 from psycopg.types.json import Jsonb
 
 from server.auth import Principal
@@ -27,6 +27,7 @@ from server.errors import (
     ThreadNotFoundError,
 )
 from server.langgraph_api.auth import Filters, metadata_sql
+from server.langgraph_api.expiry import refresh_ttl, set_ttl, ttl_minutes, ttl_view
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.serde import to_json
 from server.timestamps import iso
@@ -41,14 +42,17 @@ class ThreadKeeper:
     who: Principal
     # Metadata filters from langgraph.json's auth handlers (server/langgraph_api/auth.py).
     filters: Filters = field(default_factory=dict)
+    # The tenant's visibility setting: `tenant` shows every user the tenant's threads.
+    visibility: str = "owner"
 
     def _owned(self) -> tuple[str, list[Any]]:
         """Return the SQL filter of the caller's threads.
 
-        A tenant admin sees the tenant's threads; anyone else only their own.
+        A tenant admin, or anyone of a tenant whose threads are visible tenant-wide, sees the
+        tenant's threads; anyone else only their own.
         """
         where, args = "c.tenant_id = %s", [self.who.tenant_id]
-        if not self.who.has_role("admin"):
+        if not self.who.has_role("admin") and self.visibility != "tenant":
             where, args = f"{where} AND c.user_id = %s", [*args, self.who.user_id]
         extra, more = metadata_sql(self.filters, "c.metadata")
         return (f"{where} AND {extra}", [*args, *more]) if extra else (where, args)
@@ -64,25 +68,46 @@ class ThreadKeeper:
         found = await cur.fetchone()
         if found is None:
             raise ThreadNotFoundError(thread_id)
+        await refresh_ttl(conn, thread_id)
         return found
 
     async def create(
-        self, thread_id: str | None, metadata: dict[str, Any], if_exists: str = "raise"
+        self,
+        thread_id: str | None,
+        metadata: dict[str, Any],
+        if_exists: str = "raise",
+        ttl: Any = None,
+        *,
+        expires_in_s: float | None = None,
     ) -> dict[str, Any]:
         """Create a thread (a conversation owned by the caller) and return its view.
+
+        Args:
+            thread_id: Its id; None makes one.
+            metadata: Its metadata.
+            if_exists: `raise` or `do_nothing` when `thread_id` exists.
+            ttl: Its `ttl` as the SDK sends it (minutes, or `{"ttl", "strategy"}`).
+            expires_in_s: Delete it after this long unless a run takes it over (a stateless
+                run's thread, until the run that deletes it on completion exists).
 
         Raises:
             ThreadExistsError: `thread_id` exists and `if_exists` is not `do_nothing`.
         """
         thread_id = thread_id or str(uuid.uuid4())
-        async with self.pool.connection() as conn:
+        minutes = ttl_minutes(ttl)
+        if expires_in_s is not None:
+            minutes = expires_in_s / 60
+        async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "INSERT INTO conversations (id, tenant_id, user_id, metadata)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id",
                 (thread_id, self.who.tenant_id, self.who.user_id, Jsonb(metadata)),
             )
-            if await cur.fetchone() is None and if_exists != "do_nothing":
-                raise ThreadExistsError(thread_id)
+            if await cur.fetchone() is None:
+                if if_exists != "do_nothing":
+                    raise ThreadExistsError(thread_id)
+            elif minutes is not None:
+                await set_ttl(conn, thread_id, minutes)
         return await self.get(thread_id)
 
     async def get(self, thread_id: str) -> dict[str, Any]:
@@ -116,15 +141,29 @@ class ThreadKeeper:
             return "busy", found["updated"]
         return ("error" if found["last"] == "failed" else "idle"), found["updated"]
 
-    async def update(self, thread_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
-        """Merge `metadata` into the thread's."""
-        async with self.pool.connection() as conn:
+    async def update(
+        self, thread_id: str, metadata: dict[str, Any], ttl: Any = None
+    ) -> dict[str, Any]:
+        """Merge `metadata` into the thread's; a `ttl` replaces its expiry."""
+        minutes = ttl_minutes(ttl)
+        async with self.pool.connection() as conn, conn.transaction():
             await self.row(conn, thread_id)
             await conn.execute(
                 "UPDATE conversations SET metadata = metadata || %s WHERE id = %s",
                 (Jsonb(metadata), thread_id),
             )
+            if minutes is not None:
+                await set_ttl(conn, thread_id, minutes)
         return await self.get(thread_id)
+
+    async def ttl(self, thread_id: str) -> dict[str, Any] | None:
+        """Return the thread's `ttl` (`strategy`, `ttl` minutes, `expires_at`), or None."""
+        async with self.pool.connection() as conn:
+            await self.row(conn, thread_id)
+            found = await ttl_view(conn, thread_id)
+        if found is not None:
+            found["expires_at"] = iso(found["expires_at"])
+        return found
 
     async def delete(self, thread_id: str) -> None:
         """Delete the thread, its runs, their events and its checkpoints."""
@@ -243,6 +282,23 @@ class ThreadKeeper:
             raise InvalidGraphRequestError(f"cannot update the thread's state: {exc}") from exc
         return {"checkpoint": config["configurable"]}
 
+    async def apply_supersteps(self, thread_id: str, supersteps: list[Any]) -> dict[str, Any]:
+        """Write `supersteps` (each a list of `values`/`as_node` updates) to a new thread.
+
+        A thread whose supersteps cannot be applied is deleted again.
+
+        Raises:
+            InvalidGraphRequestError: an update sends a `command`, or names no node.
+        """
+        try:
+            steps = [[_update(u) for u in step.get("updates") or []] for step in supersteps]
+            graph = await self.graph_of(thread_id)
+            await graph.abulk_update_state(thread_config(thread_id), steps)
+        except (InvalidUpdateError, InvalidGraphRequestError) as exc:
+            await self.delete(thread_id)  # the create fails whole
+            raise InvalidGraphRequestError(f"cannot apply the supersteps: {exc}") from exc
+        return await self.get(thread_id)
+
     async def copy(self, thread_id: str) -> dict[str, Any]:
         """Copy the thread (metadata and every checkpoint) to a new thread id."""
         async with self.pool.connection() as conn:
@@ -267,6 +323,12 @@ class ThreadKeeper:
                     mine = [(c, v) for t, c, v in found.pending_writes or [] if t == task_id]
                     await saver.aput_writes(stored, mine, task_id)
         return await self.get(new["thread_id"])
+
+
+def _update(update: dict[str, Any]) -> StateUpdate:
+    if update.get("command") is not None:
+        raise InvalidGraphRequestError("a superstep update with a `command` is not served")
+    return StateUpdate(update.get("values"), update.get("as_node"))
 
 
 def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> RunnableConfig:

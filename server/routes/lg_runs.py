@@ -42,6 +42,7 @@ async def _stream(lg: LangGraphDep, run: dict[str, Any], body: dict[str, Any]) -
             async for frame in frames:
                 yield frame
             finished = True
+            await lg.delivered(run["run_id"])
         finally:
             if cancel and not finished:
                 await (await lg.runs("update")).cancel_many(
@@ -198,3 +199,16 @@ async def cancel(
     """Cancel the run (`action=rollback` also removes what it wrote to the thread)."""
     await (await lg.runs("update")).cancel(thread_id, run_id, wait=wait, action=action)
     return Response(status_code=204)
+
+
+@router.get("/threads/{thread_id}/stream")
+async def join_thread_stream(
+    lg: LangGraphDep,
+    thread_id: str,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Stream the thread's runs as they come (`run_done` after each), after `Last-Event-ID`."""
+    frames = await lg.thread_stream(thread_id, last_event_id=last_event_id, modes=stream_mode)
+    headers = {**SSE_HEADERS, "Location": f"/threads/{thread_id}/stream"}
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)

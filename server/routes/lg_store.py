@@ -17,18 +17,20 @@ router = APIRouter(tags=["langgraph: store"], responses=LANGGRAPH_ERRORS)
 
 @router.put("/store/items", status_code=204)
 async def put_item(lg: LangGraphDep, sent: Annotated[StorePut, CleanText, Body()]) -> Response:
-    """Store an item (`namespace`, `key`, `value`, `index`)."""
+    """Store an item (`namespace`, `key`, `value`, `index`, `ttl` in minutes)."""
     body = sent.data()
     await (await lg.store("put", body)).put(body)
     return Response(status_code=204)
 
 
 @router.get("/store/items")
-async def get_item(lg: LangGraphDep, namespace: str, key: str) -> dict[str, Any]:
-    """Return an item; `namespace` is dot-joined."""
+async def get_item(
+    lg: LangGraphDep, namespace: str, key: str, refresh_ttl: bool | None = None
+) -> dict[str, Any]:
+    """Return an item; `namespace` is dot-joined; `refresh_ttl` (default true) renews its ttl."""
     value = {"namespace": namespace.split("."), "key": key}
     gate = await lg.store("get", value)
-    return await gate.get(".".join(value["namespace"]), str(value["key"]))
+    return await gate.get(".".join(value["namespace"]), str(value["key"]), refresh_ttl)
 
 
 @router.delete("/store/items", status_code=204)

@@ -28,12 +28,18 @@ router = APIRouter(tags=["langgraph: threads"], responses=LANGGRAPH_ERRORS)
 async def create(
     lg: LangGraphDep, sent: Annotated[ThreadCreate, CleanText, Body()]
 ) -> dict[str, Any]:
-    """Create a thread (`thread_id`, `metadata`, `if_exists`: raise | do_nothing)."""
+    """Create a thread (`thread_id`, `metadata`, `if_exists`, `ttl`, `supersteps`)."""
     body = sent.data()
     keeper = await lg.threads("create", body)
-    return await keeper.create(
-        body.get("thread_id"), dict(body.get("metadata") or {}), body.get("if_exists") or "raise"
+    thread = await keeper.create(
+        body.get("thread_id"),
+        dict(body.get("metadata") or {}),
+        body.get("if_exists") or "raise",
+        body.get("ttl"),
     )
+    if body.get("supersteps"):
+        thread = await keeper.apply_supersteps(thread["thread_id"], body["supersteps"])
+    return thread
 
 
 @router.post("/threads/search")
@@ -64,19 +70,25 @@ async def prune(lg: LangGraphDep, sent: Annotated[Prune, CleanText, Body()]) -> 
 
 
 @router.get("/threads/{thread_id}")
-async def get(lg: LangGraphDep, thread_id: str) -> dict[str, Any]:
-    """Return a thread with its status, values and pending interrupts."""
-    return await (await lg.threads("read")).get(thread_id)
+async def get(
+    lg: LangGraphDep, thread_id: str, include: Annotated[list[str] | None, Query()] = None
+) -> dict[str, Any]:
+    """Return a thread with its status, values and pending interrupts (and `ttl` if asked)."""
+    keeper = await lg.threads("read")
+    thread = await keeper.get(thread_id)
+    if include and "ttl" in include:
+        thread["ttl"] = await keeper.ttl(thread_id)
+    return thread
 
 
 @router.patch("/threads/{thread_id}")
 async def update(
     lg: LangGraphDep, thread_id: str, sent: Annotated[ThreadPatch, CleanText, Body()]
 ) -> dict[str, Any]:
-    """Merge `metadata` into the thread's."""
+    """Merge `metadata` into the thread's; `ttl` sets when it is deleted."""
     body = sent.data()
     keeper = await lg.threads("update", body)
-    return await keeper.update(thread_id, dict(body.get("metadata") or {}))
+    return await keeper.update(thread_id, dict(body.get("metadata") or {}), body.get("ttl"))
 
 
 @router.delete("/threads/{thread_id}", status_code=204)

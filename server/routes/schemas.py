@@ -138,6 +138,7 @@ class Run(ApiModel):
     finished_at: str | None
     parent_run_id: str | None = Field(None, description="The run that delegated to this one.")
     depth: int = Field(0, description="How deep below a user's run (0: started by a user).")
+    not_before: str | None = Field(None, description="A delayed run is not started before this.")
 
 
 class CancelledRun(Run):

@@ -45,6 +45,7 @@ class NewRun:
             active; beyond it, TooManyRunsError. None queues without limit.
         model_source: Why this model was picked (server/usage/routing.py), kept in the event.
         agent: The agent profile's name and the exact version the run uses.
+        after_s: Seconds before a worker may claim the run (None: at once).
     """
 
     conversation_id: str
@@ -55,6 +56,7 @@ class NewRun:
     user_limit: int | None = None
     model_source: str | None = None
     agent: tuple[str, int] = ("default", 0)
+    after_s: float | None = None
 
 
 async def create_run(
@@ -69,12 +71,15 @@ async def create_run(
     user_limit: int | None = None,
     model_source: str | None = None,
     agent: tuple[str, int] = ("default", 0),
+    after_s: float | None = None,
 ) -> Run:
     """Store the user message and a queued run with its `run.created` event, atomically.
 
     The arguments are those of `NewRun`.
     """
-    new = NewRun(conversation_id, content, model, options, if_busy, user_limit, model_source, agent)
+    new = NewRun(
+        conversation_id, content, model, options, if_busy, user_limit, model_source, agent, after_s
+    )
 
     async def insert(conn: Conn) -> Run:
         return await _insert_run(conn, who, new)
@@ -153,8 +158,9 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
     )
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-        " input_message_id, principal_roles, agent_name, agent_version)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " input_message_id, principal_roles, agent_name, agent_version, not_before)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " now() + make_interval(secs => %s::float))",
         (
             run_id,
             new.conversation_id,
@@ -165,6 +171,7 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             message_id,
             sorted(who.roles),
             *new.agent,
+            new.after_s,
         ),
     )
     await append_events(conn, run_id, head=new_head(run_id), events=[created])
@@ -314,6 +321,7 @@ WITH user_active AS (
     LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
     LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
     WHERE r.status = '{RunStatus.QUEUED.value}'
+      AND (r.not_before IS NULL OR r.not_before <= now())
       AND COALESCE(ua.n, 0) < COALESCE(
           (%(overrides)s::jsonb -> r.tenant_id ->> 'userMaxActiveRuns')::int, %(user_max)s)
       AND COALESCE(ta.n, 0) < COALESCE(

@@ -66,6 +66,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "finishedAt": iso(run.finished_at),
         "parentRunId": run.parent_run_id,
         "depth": run.depth,
+        "notBefore": iso(run.not_before),
     }
 
 

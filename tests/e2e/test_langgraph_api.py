@@ -39,6 +39,7 @@ VOLATILE = {"id", "run_id", "thread_id", "checkpoint_id", "ts", "timestamp", "cr
 VOLATILE |= {"parent_checkpoint", "parent_config", "checkpoint", "config", "task_id"}
 VOLATILE |= {"langgraph_checkpoint_ns", "checkpoint_ns", "langgraph_path", "parents", "step"}
 VOLATILE |= {"created", "system_fingerprint", "model_provider", "graph_id", "assistant_id"}
+VOLATILE |= {"parent_ids"}
 
 
 # The shared server of these tests (tests/support/langgraph_server.py).
@@ -143,3 +144,36 @@ async def test_messages_mode_sends_each_messages_metadata_then_the_message_so_fa
     for n, (event, data) in enumerate(parts):
         if event == "messages/metadata":
             assert n < first_partial[next(iter(data))]
+
+
+async def test_events_mode_matches_astream_events_in_process(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    from examples.tool_agent.graph import builder
+
+    graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
+    fake.script(MODEL, *WEATHER)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    expected: list[Any] = []
+    root = None
+    async for event in graph.astream_events(
+        graph_input, {"configurable": {"thread_id": "local"}}, version="v2"
+    ):
+        root = root or event["run_id"]
+        if not (event["event"] == "on_chain_stream" and event["run_id"] == root):
+            expected.append(to_json(event))
+    fake.script(MODEL, *WEATHER)
+    thread = await client.threads.create()
+    parts = [
+        (p.event, p.data)
+        async for p in client.runs.stream(
+            thread["thread_id"], "tool_agent", input=graph_input, stream_mode=["events", "values"]
+        )
+    ]
+    assert parts[0][0] == "metadata"
+    events = [d for e, d in parts if e == "events"]
+    assert normalise(events) == normalise(expected)
+    kinds = {e["event"] for e in events}
+    assert {"on_chain_start", "on_chat_model_stream", "on_tool_end", "on_chain_end"} <= kinds
+    # The other modes asked for come along, as `astream` gives them.
+    assert [e for e, _ in parts[1:] if e != "events"] == ["values"] * 4
