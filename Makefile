@@ -8,7 +8,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install chromium run stop test lint format typecheck bench bench-large bench-quick chaos fuzz clean
+.PHONY: help install chromium run stop test lint format typecheck bench bench-large bench-quick chaos fuzz screenshots clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ chromium: ## Install Debian's chromium for the browser tests if it is missing (a
 
 test: install chromium ## Run the whole test suite (real Postgres, scripted models, headless Chromium)
 	$(BIN)/python -m pytest --basetemp=.pytest-tmp
+
+screenshots: install chromium ## Take the console's screenshots into docs/console/ (the browser tests)
+	AGENTRT_CONSOLE_SCREENSHOTS=docs $(BIN)/python -m pytest tests/browser --basetemp=.pytest-tmp
 
 fuzz: install ## Schemathesis over /openapi.json against a real server on embedded Postgres (a few minutes)
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} FUZZ_MAX_TIME=$${FUZZ_MAX_TIME:-240} \

@@ -23,7 +23,14 @@ from tests.support.live import serve
 from tools.plan.tool import update_plan
 from tools.spec import agent_tool
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# The screenshots of docs/console.md; a run writes them there only when asked, so that a test
+# run leaves the work tree clean (`AGENTRT_CONSOLE_SCREENSHOTS=docs` or `make screenshots`).
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SHOTS = (
+    DOCS_SHOTS
+    if os.environ.get("AGENTRT_CONSOLE_SCREENSHOTS") == "docs"
+    else Path(".pytest-tmp").resolve() / "console-screenshots"
+)
 PRICE = ModelPrice(input_per_mtok=Decimal("2.50"), output_per_mtok=Decimal("10"))
 STORY = (
     "Durable runs keep every event in order. A reader who reloads the page gets the snapshot "
