@@ -35,6 +35,7 @@ BENCHMARKS = [
     "artifacts",
     "lifecycle",
     "knowledge",
+    "claim",
 ]
 # Run only when named (`make bench-large`): they take long and need much disk.
 LARGE = ["knowledge_large"]
