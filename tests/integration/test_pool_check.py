@@ -30,10 +30,13 @@ async def test_a_connection_whose_backend_ended_is_not_handed_out(pool: Pool) ->
         ] == doomed:  # type: ignore[index]
             raise AssertionError("the pool handed out the same connection twice at once")
         await other.execute("SELECT pg_terminate_backend(%s)", (doomed,))
-        async with asyncio.timeout(30):
-            while await (
-                await other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (doomed,))
-            ).fetchone():
+        async with asyncio.timeout(30):  # the backend exits a moment after the signal
+            while True:
+                cur = await other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (doomed,)
+                )
+                if await cur.fetchone() is None:
+                    break
                 await asyncio.sleep(0.05)
     # Every connection the pool hands out now works, the dead one included before.
     for _ in range(pool.get_stats()["pool_size"] + 1):
