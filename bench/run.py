@@ -36,6 +36,7 @@ BENCHMARKS = [
     "lifecycle",
     "knowledge",
     "claim",
+    "pool_check",
 ]
 # Run only when named (`make bench-large`): they take long and need much disk.
 LARGE = ["knowledge_large"]
