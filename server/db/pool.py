@@ -91,8 +91,10 @@ async def check_connection(conn: Conn) -> None:
     """
     if conn.closed or conn.broken:
         raise OperationalError("the pooled connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
+    # poll, not select: select refuses descriptors above 1023, common in a busy server.
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    if poller.poll(0):
         await AsyncConnectionPool.check_connection(conn)
 
 

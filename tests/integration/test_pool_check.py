@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 
-from server.db.pool import Pool, check_connection
+from psycopg import AsyncConnection
+
+from server.db.pool import Pool, check_connection, connection_kwargs
 
 
 async def test_a_healthy_idle_connection_is_checked_without_a_round_trip(pool: Pool) -> None:
@@ -42,3 +45,15 @@ async def test_a_connection_whose_backend_ended_is_not_handed_out(pool: Pool) ->
     for _ in range(pool.get_stats()["pool_size"] + 1):
         async with pool.connection() as conn:
             assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
+
+
+async def test_a_connection_with_a_descriptor_above_1023_is_checked(database_url: str) -> None:
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        conn = await AsyncConnection.connect(database_url, **connection_kwargs())
+        async with conn:
+            assert conn.fileno() > 1023
+            await check_connection(conn)
+    finally:
+        for fd in filler:
+            os.close(fd)
