@@ -57,14 +57,21 @@ class Series:
     floor: dict[int, list[Sample]] = field(default_factory=dict)
     ours: dict[int, list[Sample]] = field(default_factory=dict)
     paced: tuple[list[float], list[float]] = ([], [])
+    creation: list[float] = field(default_factory=list)
 
 
-async def conversations(ep: Endpoint, count: int) -> list[str]:
-    """Create `count` conversations (outside any timing)."""
-    return [
-        (await request(ep, "POST", "/api/conversations", {}))["conversationId"]
-        for _ in range(count)
-    ]
+async def conversations(ep: Endpoint, count: int, times: list[float] | None = None) -> list[str]:
+    """Create `count` conversations one at a time, outside the runs' timing.
+
+    With `times`, each creation's seconds are appended to it (reported on their own).
+    """
+    made = []
+    for _ in range(count):
+        started = time.perf_counter()
+        made.append((await request(ep, "POST", "/api/conversations", {}))["conversationId"])
+        if times is not None:
+            times.append(time.perf_counter() - started)
+    return made
 
 
 async def agentrt_run(ep: Endpoint, conversation: str, model: str = "scripted:bench") -> float:
@@ -80,10 +87,18 @@ async def agentrt_run(ep: Endpoint, conversation: str, model: str = "scripted:be
 
 
 async def agentrt_batch(
-    ep: Endpoint, runs: int, concurrency: int, procs: list[Proc], database_url: str
+    ep: Endpoint,
+    runs: int,
+    concurrency: int,
+    procs: list[Proc],
+    database_url: str,
+    creation: list[float] | None = None,
 ) -> Sample:
-    """Run one batch through agentrt's HTTP API and return its sample."""
-    convs = await conversations(ep, runs)
+    """Run one batch through agentrt's HTTP API and return its sample.
+
+    With `creation`, the seconds each of its conversations took to create are appended.
+    """
+    convs = await conversations(ep, runs, creation)
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
@@ -134,7 +149,9 @@ async def measure(
                     await floor_batch(eng, runs[c], c, database_url)
                 )
                 series.ours.setdefault(c, []).append(
-                    await agentrt_batch(ep, runs[c], c, procs, database_url)
+                    await agentrt_batch(
+                        ep, runs[c], c, procs, database_url, series.creation if c == 1 else None
+                    )
                 )
         series.paced = await paced(database_url, ep, 5 if runs[1] < 60 else runs[1] // 2)
     return series
@@ -177,11 +194,16 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add("|---|---|---|---|---|")
     figures.add(
         f"| latency p50 | {qf['p50'] * 1000:.1f} ms | {qo['p50'] * 1000:.1f} ms | "
-        f"{ratio1:.2f}x | ≤ 1.3x {met(ratio1 <= 1.3)} |"
+        f"{ratio1:.2f}x | ≤ 1.5x {met(ratio1 <= 1.5)} |"
     )
     figures.add(
         f"| latency p95 | {qf['p95'] * 1000:.1f} ms | {qo['p95'] * 1000:.1f} ms | "
         f"{qo['p95'] / qf['p95']:.2f}x | |"
+    )
+    qc = quantiles(series.creation)
+    figures.add(
+        f"| conversation creation (`POST /api/conversations`, not in the latency above) | | "
+        f"{qc['p50'] * 1000:.1f} ms (p95 {qc['p95'] * 1000:.1f} ms) | | reported on its own |"
     )
     pf, po = quantiles(series.paced[0]), quantiles(series.paced[1])
     figures.add(
@@ -197,7 +219,7 @@ def main(database_url: str, quick: bool) -> Figures:
         ratios = [o.rate / f.rate for f, o in zip(series.floor[c], series.ours[c], strict=True)]
         figures.add(
             f"| {c} | {f_rate:.1f} | {o_rate:.1f} | {statistics.median(ratios):.2f}x | "
-            f"≥ 0.8x {met(statistics.median(ratios) >= 0.8)} | {trust(ratios)} |"
+            f"≥ 0.7x {met(statistics.median(ratios) >= 0.7)} | {trust(ratios)} |"
         )
     figures.add("")
     figures.add(
@@ -211,8 +233,9 @@ def main(database_url: str, quick: bool) -> Figures:
         extra = (o_cpu - f_cpu) * 1000
         figures.add(
             f"| {c} | {f_cpu * 1000:.1f} ms | {o_cpu * 1000:.1f} ms | +{extra:.1f} ms "
-            f"({o_cpu / f_cpu:.2f}x) | ≤ +10 ms {met(extra <= 10)} | "
-            f"{f_pg * 1000:.1f} → {o_pg * 1000:.1f} ms |"
+            f"({o_cpu / f_cpu:.2f}x) | ≤ +8 ms {met(extra <= 8)} | "
+            f"{f_pg * 1000:.1f} → {o_pg * 1000:.1f} ms ({o_pg / f_pg:.2f}x,"
+            f" ≤ 2x {met(o_pg <= 2 * f_pg)}) |"
         )
     rates = [s.rate for s in series.ours[32]]
     figures.add("")

@@ -36,6 +36,8 @@ BENCHMARKS = [
     "lifecycle",
     "knowledge",
     "console",
+    "claim",
+    "pool_check",
 ]
 # Run only when named (`make bench-large`): they take long and need much disk.
 LARGE = ["knowledge_large"]

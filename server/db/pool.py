@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any, TypeVar
 
-from psycopg import AsyncConnection, errors
+from psycopg import AsyncConnection, OperationalError, errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -81,6 +82,22 @@ async def configure_connection(conn: Conn) -> None:
         log.info("this database's pgvector has no iterative HNSW scans (pgvector 0.8+)")
 
 
+async def check_connection(conn: Conn) -> None:
+    """Check a pooled connection before it is handed out; raise if it is unusable.
+
+    A server that restarts, or ends a backend, sends a FATAL message and closes the socket,
+    so a healthy idle connection has nothing to read. Only one with unread bytes (or an
+    end of file) pays psycopg_pool's round-trip check (docs/decisions/1901).
+    """
+    if conn.closed or conn.broken:
+        raise OperationalError("the pooled connection is closed")
+    # poll, not select: select refuses descriptors above 1023, common in a busy server.
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    if poller.poll(0):
+        await AsyncConnectionPool.check_connection(conn)
+
+
 @asynccontextmanager
 async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
     """Open the process-wide connection pool."""
@@ -93,7 +110,7 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
         open=False,
         name="agentrt",
         # After a database restart, pooled connections are dead; check each one handed out.
-        check=AsyncConnectionPool.check_connection,
+        check=check_connection,
         timeout=settings.db_pool_timeout_s,
         # psycopg_pool backs off exponentially (1, 2, 4, ... s) until `reconnect_timeout`, and
         # grows no further meanwhile: a database that flapped could leave the pool empty for

@@ -308,7 +308,20 @@ async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
 
 # Fair across users: the queued run whose user has the fewest active runs goes first, then
 # the oldest; a parent waiting for its children holds no worker, so it does not count. A
-# conversation runs one run at a time, in order (docs/decisions/0007).
+# conversation runs one run at a time, in order (docs/decisions/0007). Only users holding
+# leases can have a count above zero, so the best run is the best of one candidate per such
+# user and the oldest run of everyone else: index walks that stop at the first claimable
+# run, whatever the queue's length (docs/decisions/1900).
+_CLAIMABLE = f"""
+      (r.not_before IS NULL OR r.not_before <= now())
+      AND COALESCE(ta.n, 0) < COALESCE(
+          (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
+            AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
+                 OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
+"""
+_USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int, %(user_max)s)"
 _CLAIM = f"""
 WITH user_active AS (
     SELECT tenant_id, user_id, count(*) AS n FROM runs
@@ -316,23 +329,31 @@ WITH user_active AS (
 ), tenant_active AS (
     SELECT tenant_id, count(*) AS n FROM runs
     WHERE {status_in(ACTIVE)} AND lease_owner IS NOT NULL GROUP BY tenant_id
-), next AS (
-    SELECT r.id FROM runs r
-    LEFT JOIN user_active ua ON ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id
+), held AS (
+    SELECT c.id, ua.n, c.created_at FROM user_active ua CROSS JOIN LATERAL (
+        SELECT r.id, r.created_at FROM runs r
+        LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
+        WHERE r.status = '{RunStatus.QUEUED.value}'
+          AND r.tenant_id = ua.tenant_id AND r.user_id = ua.user_id
+          AND ua.n < {_USER_MAX.format("ua.tenant_id")}
+          AND {_CLAIMABLE}
+        ORDER BY r.created_at LIMIT 1
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+), fresh AS (
+    SELECT r.id, 0::bigint AS n, r.created_at FROM runs r
     LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
     WHERE r.status = '{RunStatus.QUEUED.value}'
-      AND (r.not_before IS NULL OR r.not_before <= now())
-      AND COALESCE(ua.n, 0) < COALESCE(
-          (%(overrides)s::jsonb -> r.tenant_id ->> 'userMaxActiveRuns')::int, %(user_max)s)
-      AND COALESCE(ta.n, 0) < COALESCE(
-          (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
       AND NOT EXISTS (
-          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
-            AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
-                 OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
-    ORDER BY COALESCE(ua.n, 0), r.created_at
-    LIMIT 1
+          SELECT 1 FROM user_active ua
+          WHERE ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id)
+      AND 0 < {_USER_MAX.format("r.tenant_id")}
+      AND {_CLAIMABLE}
+    ORDER BY r.created_at LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
+), next AS (
+    SELECT id FROM (SELECT * FROM held UNION ALL SELECT * FROM fresh) c
+    ORDER BY n, created_at LIMIT 1
 )
 UPDATE runs SET
     lease_owner = %(owner)s,

@@ -1,0 +1,111 @@
+"""Claim latency against the queue's length: 10 queued runs against 100,000.
+
+The queue is seeded with SQL (conversations, input messages, queued runs) spread over 1,000
+users of 10 tenants, with 50 runs already holding leases so that the per-user and per-tenant
+limits have something to count. Each measured claim is the worker's own transaction (the
+claim advisory lock, then `claim_next`) rolled back, so the queue keeps its length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import psycopg
+
+from bench.common import Figures, quantiles, run_async
+from server.db.pool import Conn, migrate, open_pool
+from server.runs.records import claim_next
+from server.runs.worker import _CLAIM_LOCK, claim_params
+from server.settings import Settings
+
+USERS = 1_000
+TENANTS = 10
+LEASED = 50
+
+
+def seed(database_url: str, queued: int) -> None:
+    """Replace the database's runs with `queued` queued runs and `LEASED` leased ones."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE conversations CASCADE")
+        total = queued + LEASED
+        conn.execute(
+            "INSERT INTO conversations (id, tenant_id, user_id)"
+            " SELECT 'c' || i, 't' || (i %% %(t)s), 'u' || (i %% %(u)s)"
+            " FROM generate_series(1, %(n)s) i",
+            {"t": TENANTS, "u": USERS, "n": total},
+        )
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
+            " SELECT 'm' || i, 'c' || i, 't' || (i %% %(t)s), 'u' || (i %% %(u)s), 'user', 'go'"
+            " FROM generate_series(1, %(n)s) i",
+            {"t": TENANTS, "u": USERS, "n": total},
+        )
+        # Created a millisecond apart, oldest first, so the order of the queue is defined.
+        conn.execute(
+            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model,"
+            " input_message_id, status, lease_owner, lease_expires_at, created_at)"
+            " SELECT 'r' || i, 'c' || i, 't' || (i %% %(t)s), 'u' || (i %% %(u)s), 'scripted:x',"
+            "  'm' || i, CASE WHEN i <= %(l)s THEN 'running' ELSE 'queued' END,"
+            "  CASE WHEN i <= %(l)s THEN 'bench' END,"
+            "  CASE WHEN i <= %(l)s THEN now() + interval '1 hour' END,"
+            "  now() - interval '1 day' + i * interval '1 millisecond'"
+            " FROM generate_series(1, %(n)s) i",
+            {"t": TENANTS, "u": USERS, "n": total, "l": LEASED},
+        )
+        conn.execute("VACUUM ANALYZE runs")
+
+
+async def claims(pool: Any, settings: Settings, count: int) -> list[float]:
+    """Time `count` claims, each rolled back; return their durations in seconds."""
+    params = claim_params(settings, "bench-worker")
+    times: list[float] = []
+    for _ in range(count):
+        async with pool.connection() as conn:
+            conn_: Conn = conn
+            started = time.perf_counter()
+            async with conn_.transaction(force_rollback=True):
+                await conn_.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+                claim = await claim_next(conn_, params)
+            times.append(time.perf_counter() - started)
+            if claim is None:
+                raise RuntimeError("the seeded queue had nothing to claim")
+    return times
+
+
+async def measure(database_url: str, quick: bool) -> dict[int, list[float]]:
+    """Claim latencies at each queue length."""
+    settings = Settings(_env_file=None, DATABASE_URL=database_url)  # type: ignore[call-arg]
+    out: dict[int, list[float]] = {}
+    async with open_pool(database_url, settings) as pool:
+        await migrate(pool)
+        for queued in (10, 10_000 if quick else 100_000):
+            await asyncio.to_thread(seed, database_url, queued)
+            await claims(pool, settings, 20)  # warm the prepared statement and the cache
+            out[queued] = await claims(pool, settings, 50 if quick else 300)
+    return out
+
+
+def main(database_url: str, quick: bool) -> Figures:
+    """Measure claim latency against the queue's length; return the figures."""
+    latencies = run_async(measure(database_url, quick))
+    fig = Figures("Claim latency against the queue's length", "python -m bench.run --only claim")
+    fig.add(
+        f"One worker's claim (advisory lock + claim statement, rolled back), {USERS:,} users"
+        f" in {TENANTS} tenants, {LEASED} runs holding leases; in process, one connection."
+    )
+    fig.add("")
+    fig.add("| queued runs | claim p50 | claim p95 | ratio to 10 queued | target |")
+    fig.add("|---|---|---|---|---|")
+    small = statistics.median(latencies[10])
+    for queued, values in latencies.items():
+        q = quantiles(values)
+        ratio = q["p50"] / small
+        target = "" if queued == 10 else f"≤ 2x {'**met**' if ratio <= 2 else '**missed**'}"
+        fig.add(
+            f"| {queued:,} | {q['p50'] * 1e3:.2f} ms | {q['p95'] * 1e3:.2f} ms"
+            f" | {ratio:.2f}x | {target} |"
+        )
+    return fig
