@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from server.app import create_app
 from server.db.pool import Pool
 from server.langgraph_api.serde import to_json
 from server.settings import Settings
+from tests.support import langgraph_server
 from tests.support.fake_openai import FakeOpenAI, FakeToolCall, Reply
 from tests.support.live import serve
 from tests.support.processes import WorkerProcess, worker_env, workers
@@ -40,18 +41,9 @@ MODES = ["values", "updates", "custom"]
 VOLATILE = {"id", "created", "system_fingerprint", "model_provider"}
 
 
-@pytest.fixture(scope="module")
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def model_env(fake: FakeOpenAI) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
-        env.setenv("OPENAI_API_KEY", "test-key")
-        yield
+# The fake model server of the LangGraph tests (tests/support/langgraph_server.py).
+fake = langgraph_server.fake
+model_env = langgraph_server.model_env
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +132,7 @@ async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
             schedule="* * * * * */2",  # every 2 s (seconds last)
             input={"messages": [{"role": "user", "content": "tick"}]},
             context={"model": "m-cron"},
+            on_run_completed="keep",  # its runs are counted below
         )
         async with asyncio.timeout(SLOW_S):
             while len(await _firings(pool, cron["cron_id"])) < 4:  # noqa: ASYNC110
