@@ -94,7 +94,8 @@ class CronBook:
     async def create(self, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
         """Create a cron on `thread_id` (a new thread per firing when None).
 
-        `on_run_completed: delete` deletes each firing's new thread once its run has ended.
+        `on_run_completed: delete` (the default) deletes each firing's new thread once its run has
+        ended.
         """
         entry = resolve_assistant(self.graphs, str(body.get("assistant_id") or ""))
         schedule, zone = str(body.get("schedule") or ""), str(body.get("timezone") or "UTC")
@@ -104,7 +105,7 @@ class CronBook:
                 await ThreadKeeper(self.pool, self.graphs, self.who).row(conn, thread_id)
         payload = {k: body[k] for k in _RUN_FIELDS if body.get(k) is not None}
         payload["assistant_id"] = entry.graph_id
-        if thread_id is None and body.get("on_run_completed") == "delete":
+        if thread_id is None and (body.get("on_run_completed") or "delete") == "delete":
             payload["on_completion"] = "delete"  # each firing's new thread, once its run ends
         async with self.pool.connection() as conn:
             cur = await conn.execute(

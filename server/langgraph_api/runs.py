@@ -144,7 +144,8 @@ class LangGraphRuns:
         if strategy not in ("reject", "interrupt", "rollback", "enqueue"):
             raise InvalidGraphRequestError(f"unknown multitask_strategy {strategy!r}")
         metadata = {"graph_id": entry.graph_id, "assistant_id": assistant["assistant_id"]}
-        delete_after = thread_id is None and body.get("on_completion") == "delete"
+        # LangGraph's default: a stateless run's thread goes with it unless the client keeps it.
+        delete_after = thread_id is None and (body.get("on_completion") or "delete") == "delete"
         if thread_id is None:
             orphan_s = ORPHAN_THREAD_S if delete_after else None
             thread = await self.threads.create(None, metadata, expires_in_s=orphan_s)

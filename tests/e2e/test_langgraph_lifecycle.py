@@ -8,7 +8,7 @@ often, so that expiries are observed within the tests' deadlines.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from server.app import create_app
 from server.auth import create_api_key
 from server.db.pool import Pool
 from server.settings import Settings
+from tests.support import langgraph_server
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.live import serve
 
@@ -31,18 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SLOW_S = 120
 
 
-@pytest.fixture(scope="module")
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def model_env(fake: FakeOpenAI) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
-        env.setenv("OPENAI_API_KEY", "test-key")
-        yield
+# The fake model server of the LangGraph tests (tests/support/langgraph_server.py).
+fake = langgraph_server.fake
+model_env = langgraph_server.model_env
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +112,7 @@ async def test_after_seconds_keeps_the_run_pending_until_its_time(
 async def test_on_completion_delete_removes_a_stateless_runs_thread(
     client: LangGraphClient, fake: FakeOpenAI, pool: Pool
 ) -> None:
-    fake.script("m-gone", *[Reply(text=f"answer {n}") for n in range(4)])
+    fake.script("m-gone", *[Reply(text=f"answer {n}") for n in range(5)])
     context = {"model": "m-gone"}
     before = await _threads(pool)
     values = await client.runs.wait(
@@ -142,7 +134,10 @@ async def test_on_completion_delete_removes_a_stateless_runs_thread(
     kept = await client.runs.create(
         None, "tool_agent", input=ask("four"), context=context, on_completion="keep"
     )
+    unsaid = await client.runs.create(None, "tool_agent", input=ask("five"), context=context)
     await until(lambda: gone(client, background["thread_id"]), "the background run's thread")
+    # LangGraph's default for a stateless run is `delete` too.
+    await until(lambda: gone(client, unsaid["thread_id"]), "the thread of a run saying nothing")
     await client.runs.join(kept["thread_id"], kept["run_id"])
     await asyncio.sleep(1.5)  # several sweeps past the grace: the kept thread must stay
     assert (await client.threads.get(kept["thread_id"]))["status"] == "idle"

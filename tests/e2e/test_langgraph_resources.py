@@ -101,7 +101,10 @@ async def test_an_assistant_of_the_own_agent_is_an_agent_profile(
         assert (await http.post("/api/agents", json=profile)).status_code == 201
         made = await client.assistants.create("agent", context={"agent": "planner"})
         run = await client.runs.create(
-            None, made["assistant_id"], input={"messages": [{"role": "user", "content": "hi"}]}
+            None,
+            made["assistant_id"],
+            input={"messages": [{"role": "user", "content": "hi"}]},
+            on_completion="keep",  # its events are read below
         )
         await client.runs.join(run["thread_id"], run["run_id"])
         created = (await http.get(f"/api/runs/{run['run_id']}/events")).text
@@ -112,7 +115,7 @@ async def test_a_batch_of_runs_then_threads_pruned(
     client: LangGraphClient, fake: FakeOpenAI
 ) -> None:
     fake.script("m-batch", Reply(text="a"), Reply(text="b"))
-    body = {"assistant_id": "tool_agent", "context": {"model": "m-batch"}}
+    body = {"assistant_id": "tool_agent", "context": {"model": "m-batch"}, "on_completion": "keep"}
     runs = await client.runs.create_batch(
         [{**body, "input": ask("one")}, {**body, "input": ask("two")}]
     )
