@@ -230,6 +230,8 @@ async def test_the_runs_list_filters_by_status_and_shows_counts(
 async def test_the_memory_and_operations_pages_show_what_the_api_says(
     page: Page, console: Console
 ) -> None:
+    failed = await start_run(console, "broken")  # a recent failure for the operations page
+    await wait_for_status(console.client, failed, "failed", headers=console.headers)
     added = await console.client.post(
         "/api/memories",
         json={"text": "Alice prefers answers in French.", "kind": "preference"},
