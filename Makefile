@@ -37,8 +37,12 @@ chromium: ## Install Debian's chromium for the browser tests if it is missing (a
 			apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 
+# Test files run in TEST_WORKERS processes, each with its own embedded Postgres (a file stays in
+# one process, so its module fixtures are shared as written).
+TEST_WORKERS ?= 2
+
 test: install chromium ## Run the whole test suite (real Postgres, scripted models, headless Chromium)
-	$(BIN)/python -m pytest --basetemp=.pytest-tmp
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 --basetemp=.pytest-tmp
 
 screenshots: install chromium ## Take the console's screenshots into docs/console/ (the browser tests)
 	AGENTRT_CONSOLE_SCREENSHOTS=docs $(BIN)/python -m pytest tests/browser --basetemp=.pytest-tmp
