@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +140,9 @@ async def test_a_high_risk_call_waits_for_a_reviewer_then_runs(env: Env, pool: P
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT lease_owner FROM runs WHERE id = %s", (run["runId"],))
         assert (await cur.fetchone())["lease_owner"] is None  # type: ignore[index]
-    assert run["runId"] not in env.app.state.worker.active_runs
+    async with asyncio.timeout(60):  # the worker lets go just after it parks the run
+        while run["runId"] in env.app.state.worker.active_runs:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
 
     listed = (await env.client.get("/api/approvals?status=pending", headers=env.reviewer)).json()
     assert approval["approvalId"] in [a["approvalId"] for a in listed["approvals"]]
