@@ -7,7 +7,7 @@ newer client keeps working; a field of the wrong type is refused with 422 naming
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,14 @@ MAX_OFFSET = 1_000_000_000
 """The largest `offset` a listing accepts: past it there is nothing to page through."""
 
 Strings = list[str] | Literal["*"]
+
+MIN_TTL_MINUTES = 1 / 60
+"""The shortest `ttl` accepted, one second: Postgres cannot hold a shorter interval's text."""
+MAX_TTL_MINUTES = 366 * 24 * 60
+"""The longest `ttl` accepted, a year."""
+
+TtlMinutes = Annotated[float, Field(ge=MIN_TTL_MINUTES, le=MAX_TTL_MINUTES)]
+"""A time to live in minutes, between one second and a year."""
 
 
 class Body(BaseModel):
@@ -74,7 +82,7 @@ class RunCreate(Body):
 class ThreadTtl(Body):
     """When a thread is deleted: `ttl` minutes after it was last created, updated or read."""
 
-    ttl: float = Field(gt=0, le=366 * 24 * 60)
+    ttl: TtlMinutes
     strategy: Literal["delete"] = "delete"
 
 
@@ -98,7 +106,7 @@ class ThreadCreate(Body):
     thread_id: str | None = Field(None, min_length=1, max_length=200)
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] | None = None
-    ttl: ThreadTtl | float | None = None
+    ttl: ThreadTtl | TtlMinutes | None = None
     supersteps: list[Superstep] | None = Field(None, max_length=1000)
 
 
@@ -106,7 +114,7 @@ class ThreadPatch(Body):
     """A thread's new metadata (merged) and expiry."""
 
     metadata: dict[str, Any] | None = None
-    ttl: ThreadTtl | float | None = None
+    ttl: ThreadTtl | TtlMinutes | None = None
 
 
 class Page(Body):
@@ -267,7 +275,7 @@ class StorePut(Body):
     key: str = Field(min_length=1, max_length=1000)
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: float | None = Field(None, gt=0, le=366 * 24 * 60)
+    ttl: TtlMinutes | None = None
 
 
 class StoreDelete(Body):

@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from server.db.pool import Conn, Pool
 from server.domain import IN_PROGRESS, TERMINAL, status_in
 from server.errors import InvalidGraphRequestError
+from server.langgraph_api.bodies import MAX_TTL_MINUTES, MIN_TTL_MINUTES
 from server.langgraph_api.webhooks import MAX_ATTEMPTS
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ def ttl_minutes(ttl: Any) -> float | None:
     """Return the minutes of a thread's `ttl` as the SDK sends it (a number or a mapping).
 
     Raises:
-        InvalidGraphRequestError: the strategy is not `delete`, or the minutes are not positive.
+        InvalidGraphRequestError: the strategy is not `delete`, or the minutes are not between
+            one second and a year.
     """
     if ttl is None:
         return None
@@ -50,8 +52,10 @@ def ttl_minutes(ttl: Any) -> float | None:
         if (ttl.get("strategy") or "delete") != "delete":
             raise InvalidGraphRequestError("a thread's ttl strategy is 'delete'")
         ttl = ttl.get("ttl")
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-        raise InvalidGraphRequestError("`ttl` is a positive number of minutes")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise InvalidGraphRequestError("`ttl` is a number of minutes")
+    if not MIN_TTL_MINUTES <= ttl <= MAX_TTL_MINUTES:
+        raise InvalidGraphRequestError("`ttl` is between one second (1/60) and a year of minutes")
     return float(ttl)
 
 

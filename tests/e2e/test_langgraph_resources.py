@@ -157,3 +157,22 @@ async def test_an_offset_beyond_any_listing_is_refused_with_422(
         answer = await raw.post(path, json=body)
     assert answer.status_code == 422, answer.text
     assert "offset" in answer.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/store/items", {"namespace": ["n"], "key": "k", "value": {}, "ttl": 1e-173}),
+        ("PUT", "/store/items", {"namespace": ["n"], "key": "k", "value": {}, "ttl": 1e300}),
+        ("POST", "/threads", {"ttl": 1e-173}),
+        ("POST", "/threads", {"ttl": 1e300}),
+        ("POST", "/threads", {"ttl": {"ttl": 1e300, "strategy": "delete"}}),
+    ],
+)
+async def test_a_ttl_shorter_than_a_second_or_longer_than_a_year_is_refused_with_422(
+    url: str, method: str, path: str, body: dict[str, Any]
+) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+        answer = await raw.request(method, path, json=body)
+    assert answer.status_code == 422, answer.text
+    assert "ttl" in answer.text
