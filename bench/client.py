@@ -102,19 +102,23 @@ async def sse(
     *,
     last_event_id: int | None = None,
     on_frames: Any = None,
+    method: str = "GET",
+    payload: Any = None,
 ) -> StreamTimes:
     """Read an SSE stream to its terminal event; count frames, note times (perf_counter).
 
     `on_frames(now, frames)` is called with every chunk's complete frames (bytes, split).
+    `method` and `payload` (JSON) open streams that a POST answers (`?stream=true`).
     """
     headers = {"Accept": "text/event-stream"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
     times = StreamTimes(start=time.perf_counter())
-    reader, writer, status, head = await _open(ep, "GET", path, None, headers)
+    body = None if payload is None else json.dumps(payload).encode()
+    reader, writer, status, head = await _open(ep, method, path, body, headers)
     try:
         if status != 200:
-            raise RuntimeError(f"GET {path}: HTTP {status}")
+            raise RuntimeError(f"{method} {path}: HTTP {status}")
         pending = b""
         async for chunk in _body_chunks(reader, head):
             now = time.perf_counter()

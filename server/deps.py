@@ -17,7 +17,7 @@ from server.auth import Principal, presented_key, principal_of
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
-from server.events.sse import Feeds
+from server.events.sse import Feeds, RunStreams
 from server.knowledge.service import KnowledgeService
 from server.langgraph_api.auth import GraphAuth
 from server.langgraph_api.service import LangGraphService
@@ -86,6 +86,20 @@ async def get_stopping(request: Request) -> asyncio.Event:
     return stopping
 
 
+async def get_run_streams(request: Request) -> RunStreams:
+    """Return what a route needs to stream a run's events (one dependency, not six)."""
+    state = request.app.state
+    return RunStreams(
+        pool=state.pool,
+        notifier=state.notifier,
+        feeds=state.feeds,
+        heartbeat_s=state.settings.sse_heartbeat_s,
+        page=state.settings.sse_replay_page,
+        connections=state.runtime.metrics.sse_connections,
+        stop=state.runtime.stopping,
+    )
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 PoolDep = Annotated[Pool, Depends(get_pool)]
 ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
@@ -95,6 +109,7 @@ FeedsDep = Annotated[Feeds, Depends(get_feeds)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 TracingDep = Annotated[Tracing, Depends(get_tracing)]
 StoppingDep = Annotated[asyncio.Event, Depends(get_stopping)]
+RunStreamsDep = Annotated[RunStreams, Depends(get_run_streams)]
 
 
 async def get_principal(request: Request) -> Principal:

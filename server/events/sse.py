@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
@@ -159,6 +160,33 @@ async def event_stream(
     finally:
         if connections is not None:
             connections.dec()
+
+
+@dataclass(frozen=True)
+class RunStreams:
+    """What a run's SSE stream needs from the process, for every route that streams a run."""
+
+    pool: Pool
+    notifier: Notifier
+    feeds: Feeds
+    heartbeat_s: float
+    page: int
+    connections: Gauge | None = None
+    stop: asyncio.Event | None = None
+
+    def open(self, run_id: str, after: int) -> AsyncIterator[str]:
+        """Return the SSE text of the run's events after `after`, live, to its terminal event."""
+        return event_stream(
+            self.pool,
+            self.notifier,
+            self.feeds,
+            run_id,
+            after,
+            heartbeat_s=self.heartbeat_s,
+            page=self.page,
+            connections=self.connections,
+            stop=self.stop,
+        )
 
 
 async def _stream(

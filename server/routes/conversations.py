@@ -8,7 +8,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from server.deps import ModelsDep, PoolDep, PrincipalDep, ServiceDep, SettingsDep
+from server.deps import (
+    ModelsDep,
+    PoolDep,
+    PrincipalDep,
+    RunStreamsDep,
+    ServiceDep,
+    SettingsDep,
+)
 from server.errors import InvalidRequestError, TooLargeError
 from server.routes.guards import CleanText, is_blank, metadata_problem
 from server.routes.schemas import (
@@ -16,10 +23,12 @@ from server.routes.schemas import (
     COMMON_ERRORS,
     Conversation,
     ConversationPage,
+    EventStreamResponse,
     MessageList,
     RunAccepted,
     RunPage,
     errors,
+    event_stream_response,
 )
 from server.runs.conversations import create_conversation, get_conversation, list_messages
 from server.runs.idempotency import HEADER as IDEMPOTENCY_HEADER
@@ -134,11 +143,18 @@ async def get_conversation_route(
         return conversation_view(await get_conversation(conn, who, conversation_id))
 
 
+_STREAMED = """With `stream=true`: the new run's events as server-sent events, from its first
+(`run.created`) to its terminal event, in one response; `X-Run-Id` names the run. A client
+that loses the connection resumes with `GET /api/runs/{runId}/events` and `Last-Event-ID`.
+Frames as in `GET /api/runs/{run_id}/events`.
+"""
+
+
 @router.post(
     "/{conversation_id}/messages",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RunAccepted,
-    responses={**BODY_ERRORS, **errors(404, 409, 429)},
+    responses={200: event_stream_response(_STREAMED), **BODY_ERRORS, **errors(404, 409, 429)},
 )
 async def post_message(
     response: Response,
@@ -146,7 +162,13 @@ async def post_message(
     body: Annotated[MessageIn, CleanText],
     settings: SettingsDep,
     service: ServiceDep,
+    streams: RunStreamsDep,
     who: PrincipalDep,
+    stream: bool = Query(
+        False,
+        description="Answer 200 with the run's event stream instead of 202 with its record "
+        "(one request from the message to the answer's last token).",
+    ),
     key: Annotated[
         str | None,
         Header(
@@ -156,8 +178,8 @@ async def post_message(
             "with another body it is refused (422).",
         ),
     ] = None,
-) -> dict[str, Any]:
-    """Store a user message and queue a run for it; answers at once."""
+) -> dict[str, Any] | EventStreamResponse:
+    """Store a user message and queue a run for it; answers at once, or streams the run."""
     if is_blank(body.content):
         raise InvalidRequestError(
             "content must not be empty (it has only spaces or invisible characters)"
@@ -178,8 +200,11 @@ async def post_message(
         idempotency=idempotency_key(key, body.model_dump(by_alias=True, mode="json")),
     )
     accepted, replayed = await service.post_message(who, message)
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
+    replay = {"Idempotent-Replayed": "true"} if replayed else {}
+    if stream:
+        run_id = accepted["runId"]
+        return EventStreamResponse(streams.open(run_id, 0), headers={"X-Run-Id": run_id, **replay})
+    response.headers.update(replay)
     return accepted
 
 

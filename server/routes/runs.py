@@ -5,32 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
 
 from server.deps import (
-    FeedsDep,
-    MetricsDep,
-    NotifierDep,
     PoolDep,
     PrincipalDep,
+    RunStreamsDep,
     ServiceDep,
-    SettingsDep,
-    StoppingDep,
     SubagentDep,
 )
 from server.domain import RunStatus
 from server.errors import BadRequestError, EventsExpiredError
 from server.events.snapshot import output_text
-from server.events.sse import event_stream
 from server.routes.schemas import (
     COMMON_ERRORS,
     CancelledRun,
+    EventStreamResponse,
     PausedRun,
     Run,
     RunPage,
     Snapshot,
     errors,
-    sse_frame_schema,
+    event_stream_response,
 )
 from server.runs.pages import runs_page
 from server.runs.pausing import request_pause, request_resume
@@ -41,26 +36,6 @@ router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
 
 MAX_SEQ = 2**63 - 1
 """The largest event seq Postgres can store (bigint)."""
-
-_STREAM_DESCRIPTION = """Server-sent events, one frame per stored event, in `seq` order:
-
-```
-id: <seq>
-event: <type>
-data: {"seq": <seq>, "type": "<type>", "runId": "...", "ts": "<ISO 8601>", "data": {...}}
-```
-
-Replays the events after `after` (or the `Last-Event-ID` header), then streams live ones
-and closes after the run's terminal event (`run.completed`, `run.failed`, `run.cancelled`).
-Comment lines (`: heartbeat`) keep idle connections open. Event types and their `data`
-are listed in docs/events.md.
-"""
-
-
-class EventStreamResponse(StreamingResponse):
-    """A `text/event-stream` response (declares the media type in the OpenAPI schema)."""
-
-    media_type = "text/event-stream"
 
 
 @router.get("", response_model=RunPage)
@@ -107,49 +82,24 @@ def _cursor(request: Request, after: int | None) -> int:
 @router.get(
     "/{run_id}/events",
     response_class=EventStreamResponse,
-    responses={
-        200: {
-            "description": _STREAM_DESCRIPTION,
-            "content": {"text/event-stream": {"schema": sse_frame_schema()}},
-        },
-        **errors(400, 404, 410),
-    },
+    responses={200: event_stream_response(), **errors(400, 404, 410)},
 )
 async def get_events(
     request: Request,
     run_id: str,
-    pool: PoolDep,
-    notifier: NotifierDep,
-    feeds: FeedsDep,
-    settings: SettingsDep,
-    metrics: MetricsDep,
-    stopping: StoppingDep,
+    streams: RunStreamsDep,
     who: PrincipalDep,
     after: int | None = Query(
         None, ge=0, le=MAX_SEQ, description="Replay events with seq > after."
     ),
-) -> StreamingResponse:
+) -> EventStreamResponse:
     """Stream the run's events as SSE: replay after the cursor, then live, until the end."""
     cursor = _cursor(request, after)
-    async with pool.connection() as conn:
+    async with streams.pool.connection() as conn:
         run = await get_run(conn, who, run_id)
     if run.events_expired_at is not None:
         raise EventsExpiredError(run_id, run.events_expired_at.date().isoformat())
-    stream = event_stream(
-        pool,
-        notifier,
-        feeds,
-        run_id,
-        cursor,
-        heartbeat_s=settings.sse_heartbeat_s,
-        page=settings.sse_replay_page,
-        connections=metrics.sse_connections,
-        stop=stopping,
-    )
-    return EventStreamResponse(
-        stream,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return EventStreamResponse(streams.open(run_id, cursor))
 
 
 @router.post(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -377,3 +378,38 @@ class Children(ApiModel):
 
     run_id: str
     children: list[dict[str, Any]]
+
+
+STREAM_DESCRIPTION = """Server-sent events, one frame per stored event, in `seq` order:
+
+```
+id: <seq>
+event: <type>
+data: {"seq": <seq>, "type": "<type>", "runId": "...", "ts": "<ISO 8601>", "data": {...}}
+```
+
+Replays the events after `after` (or the `Last-Event-ID` header), then streams live ones
+and closes after the run's terminal event (`run.completed`, `run.failed`, `run.cancelled`).
+Comment lines (`: heartbeat`) keep idle connections open. Event types and their `data`
+are listed in docs/events.md.
+"""
+
+
+class EventStreamResponse(StreamingResponse):
+    """A `text/event-stream` response of a run's events, never cached nor buffered by proxies."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(
+            content,
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+        )
+
+
+def event_stream_response(description: str = STREAM_DESCRIPTION) -> dict[str, Any]:
+    """The OpenAPI entry of a `text/event-stream` answer of a run's events."""
+    return {
+        "description": description,
+        "content": {"text/event-stream": {"schema": sse_frame_schema()}},
+    }

@@ -12,7 +12,7 @@ from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
-from tests.support.live import SseEvent, read_sse, rebuild_output, serve
+from tests.support.live import SseEvent, SseReader, read_sse, rebuild_output, serve
 
 SLOW = [
     ScriptedTurn(
@@ -127,3 +127,81 @@ async def test_bad_last_event_id_is_a_clear_400(client: httpx.AsyncClient) -> No
     )
     assert response.status_code == 400
     assert "Last-Event-ID" in response.json()["error"]["message"]
+
+
+async def test_a_message_posted_with_stream_true_answers_with_the_whole_run_as_sse(
+    client: httpx.AsyncClient,
+) -> None:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    path = f"/api/conversations/{conv}/messages?stream=true"
+    body = {"content": "go", "model": "scripted:slow"}
+    reader = SseReader()
+    async with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        run_id = response.headers["x-run-id"]
+        async for text in response.aiter_text():
+            reader.feed(text)
+    streamed = reader.events
+    check_complete(streamed)
+    assert streamed[0].event == "run.created"
+    assert {e.data["runId"] for e in streamed} == {run_id}
+    # The same log as the run's own stream, and the run is the conversation's.
+    replayed = await read_sse(client, f"/api/runs/{run_id}/events")
+    assert [e.data for e in streamed] == [e.data for e in replayed]
+    runs = (await client.get(f"/api/conversations/{conv}/runs")).json()["runs"]
+    assert [r["runId"] for r in runs] == [run_id]
+
+
+async def test_a_streamed_post_dropped_midway_resumes_on_the_runs_stream_exactly(
+    client: httpx.AsyncClient,
+) -> None:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    first = await read_sse(
+        client,
+        f"/api/conversations/{conv}/messages?stream=true",
+        method="POST",
+        body={"content": "go", "model": "scripted:slow"},
+        stop_after=9,
+    )
+    run_id = first[0].data["runId"]
+    rest = await read_sse(
+        client, f"/api/runs/{run_id}/events", headers={"Last-Event-ID": str(first[-1].id)}
+    )
+    check_complete(first + rest)
+
+
+async def test_a_streamed_post_replayed_by_its_idempotency_key_streams_the_first_run(
+    client: httpx.AsyncClient,
+) -> None:
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    path = f"/api/conversations/{conv}/messages?stream=true"
+    body = {"content": "go", "model": "scripted:slow"}
+    headers = {"Idempotency-Key": f"key-{conv}"}
+    first = await read_sse(client, path, method="POST", body=body, headers=headers)
+    async with client.stream("POST", path, json=body, headers=headers) as again:
+        assert again.status_code == 200
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.headers["x-run-id"] == first[0].data["runId"]
+        reader = SseReader()
+        async for text in again.aiter_text():
+            reader.feed(text)
+    assert [e.data for e in reader.events] == [e.data for e in first]
+    runs = (await client.get(f"/api/conversations/{conv}/runs")).json()["runs"]
+    assert len(runs) == 1
+
+
+async def test_a_refused_streamed_post_answers_json_errors_not_a_stream(
+    client: httpx.AsyncClient,
+) -> None:
+    missing = await client.post(
+        "/api/conversations/conv_missing/messages?stream=true", json={"content": "go"}
+    )
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    blank = await client.post(
+        f"/api/conversations/{conv}/messages?stream=true", json={"content": " "}
+    )
+    assert blank.status_code == 422
+    assert "content" in blank.json()["error"]["message"]

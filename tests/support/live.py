@@ -94,10 +94,16 @@ async def read_sse(
     *,
     headers: dict[str, str] | None = None,
     stop_after: int | None = None,
+    method: str = "GET",
+    body: Any = None,
 ) -> list[SseEvent]:
-    """Read the SSE stream at `path` to its end, or until `stop_after` events, then close."""
+    """Read the SSE stream at `path` to its end, or until `stop_after` events, then close.
+
+    `method` and `body` (sent as JSON) serve requests that answer with a stream, like a
+    message posted with `stream=true`.
+    """
     reader = SseReader()
-    async with client.stream("GET", path, headers=headers) as response:
+    async with client.stream(method, path, headers=headers, json=body) as response:
         assert response.status_code == 200, await response.aread()
         async for text in response.aiter_text():
             reader.feed(text)
