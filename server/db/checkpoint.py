@@ -1,10 +1,11 @@
 """LangGraph's Postgres checkpointer, fenced by the run's lease.
 
 A worker whose lease was taken over must not write a checkpoint that wins. Every checkpoint
-write of a run executes in one transaction that first takes a share lock on the run's row and
-checks the lease generation the worker holds (`agentrt_fence()`, migration 0006). A takeover
-(which updates that row) therefore either waits for the write to commit, or commits first and
-makes the write fail.
+write of a run executes in one transaction that first takes a key-share lock on the run's row
+and checks the lease generation the worker holds (`agentrt_fence()`, migrations 0006 and 0033). A
+takeover (which locks that row `FOR UPDATE` to change the generation) therefore either waits
+for the write to commit, or commits first and makes the write fail; the worker's own event
+appends, plain updates of the row, do not wait for it.
 """
 
 from __future__ import annotations

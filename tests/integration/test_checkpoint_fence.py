@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -13,9 +15,10 @@ from server.auth import Principal
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.db.pool import Pool
 from server.errors import LeaseLostError
+from server.events.log import NewEvent, append_events
 from server.process import setup_checkpointer
 from server.runs.conversations import create_conversation
-from server.runs.records import create_run
+from server.runs.records import create_run, lock_expired_leases
 
 WHO = Principal("t", "u")
 
@@ -56,3 +59,51 @@ async def test_checkpoints_are_written_with_the_current_generation_and_refused_a
     with pytest.raises(LeaseLostError, match="lease generation 1 superseded"):
         await graph.ainvoke(state, config(1), context=RunContext(model=model))
     assert await checkpoints(pool, conv) == written
+
+
+async def _fenced_write_in_flight(pool: Pool, run_id: str, generation: int) -> Any:
+    """Open a connection whose transaction holds the fence, as a checkpoint write does."""
+    conn = await pool.getconn()
+    await conn.execute("BEGIN")
+    await conn.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
+    return conn
+
+
+async def test_the_lease_holders_event_append_does_not_wait_for_its_own_checkpoint_write(
+    pool: Pool,
+) -> None:
+    conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
+    run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE runs SET lease_generation = 1 WHERE id = %s", (run.id,))
+    writing = await _fenced_write_in_flight(pool, run.id, 1)
+    try:
+        async with pool.connection() as conn:
+            # lock_timeout counts only time spent waiting for a lock, never CPU or I/O.
+            await conn.execute("SET lock_timeout = '500ms'")
+            _, stored = await append_events(conn, run.id, [NewEvent("note")], generation=1)
+            await conn.execute("RESET lock_timeout")
+        assert [e.type for e in stored] == ["note"]
+    finally:
+        await writing.execute("COMMIT")
+        await pool.putconn(writing)
+
+
+async def test_a_takeover_skips_a_run_whose_checkpoint_write_is_in_flight(pool: Pool) -> None:
+    conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
+    run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE runs SET lease_generation = 1, status = 'running', lease_owner = 'w1',"
+            " lease_expires_at = now() - interval '1 minute' WHERE id = %s",
+            (run.id,),
+        )
+    writing = await _fenced_write_in_flight(pool, run.id, 1)
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            assert run.id not in [r["id"] for r in await lock_expired_leases(conn)]
+    finally:
+        await writing.execute("COMMIT")
+        await pool.putconn(writing)
+    async with pool.connection() as conn, conn.transaction():
+        assert run.id in [r["id"] for r in await lock_expired_leases(conn)]
