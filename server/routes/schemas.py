@@ -400,11 +400,11 @@ class EventStreamResponse(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: Any, headers: dict[str, str] | None = None) -> None:
-        super().__init__(
-            content,
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-        )
+    def __init__(
+        self, content: Any, status_code: int = 200, headers: dict[str, str] | None = None
+    ) -> None:
+        fixed = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(content, status_code, headers={**fixed, **(headers or {})})
 
 
 def event_stream_response(description: str = STREAM_DESCRIPTION) -> dict[str, Any]:
