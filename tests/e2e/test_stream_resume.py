@@ -129,20 +129,30 @@ async def test_bad_last_event_id_is_a_clear_400(client: httpx.AsyncClient) -> No
     assert "Last-Event-ID" in response.json()["error"]["message"]
 
 
+async def post_streamed(
+    client: httpx.AsyncClient,
+    path: str,
+    body: dict[str, str],
+    headers: dict[str, str] | None = None,
+) -> tuple[httpx.Headers, list[SseEvent]]:
+    """POST `body` to `path` (a streamed post) and read the answer's SSE to its end."""
+    reader = SseReader()
+    async with client.stream("POST", path, json=body, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        async for text in response.aiter_text():
+            reader.feed(text)
+    return response.headers, reader.events
+
+
 async def test_a_message_posted_with_stream_true_answers_with_the_whole_run_as_sse(
     client: httpx.AsyncClient,
 ) -> None:
     conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
     path = f"/api/conversations/{conv}/messages?stream=true"
     body = {"content": "go", "model": "scripted:slow"}
-    reader = SseReader()
-    async with client.stream("POST", path, json=body) as response:
-        assert response.status_code == 200, await response.aread()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        run_id = response.headers["x-run-id"]
-        async for text in response.aiter_text():
-            reader.feed(text)
-    streamed = reader.events
+    answer, streamed = await post_streamed(client, path, body)
+    assert answer["content-type"].startswith("text/event-stream")
+    run_id = answer["x-run-id"]
     check_complete(streamed)
     assert streamed[0].event == "run.created"
     assert {e.data["runId"] for e in streamed} == {run_id}
@@ -179,14 +189,10 @@ async def test_a_streamed_post_replayed_by_its_idempotency_key_streams_the_first
     body = {"content": "go", "model": "scripted:slow"}
     headers = {"Idempotency-Key": f"key-{conv}"}
     first = await read_sse(client, path, method="POST", body=body, headers=headers)
-    async with client.stream("POST", path, json=body, headers=headers) as again:
-        assert again.status_code == 200
-        assert again.headers["idempotent-replayed"] == "true"
-        assert again.headers["x-run-id"] == first[0].data["runId"]
-        reader = SseReader()
-        async for text in again.aiter_text():
-            reader.feed(text)
-    assert [e.data for e in reader.events] == [e.data for e in first]
+    again, replayed = await post_streamed(client, path, body, headers)
+    assert again["idempotent-replayed"] == "true"
+    assert again["x-run-id"] == first[0].data["runId"]
+    assert [e.data for e in replayed] == [e.data for e in first]
     runs = (await client.get(f"/api/conversations/{conv}/runs")).json()["runs"]
     assert len(runs) == 1
 
