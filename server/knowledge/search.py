@@ -1,11 +1,11 @@
 """Hybrid search on Postgres: pgvector similarity and full-text search, fused by rank.
 
-One statement per search: the knowledge bases the caller may see (tenant, profile and role
-filters in SQL), then per embedding model the nearest chunks by cosine distance on
-half-precision vectors, the best full-text matches (`tsvector`, any query word but the very
-common ones), and fuzzy
-matches of document titles (`pg_trgm`), fused by reciprocal rank
-(docs/decisions/1400). A `retrieval` span goes into the run's trace.
+One statement per search, after the knowledge bases the caller may see (tenant, profile and
+role filters in SQL) and the query's words: per embedding model the nearest chunks by cosine
+distance on half-precision vectors, the best full-text matches (`tsvector`, ranked among a
+bounded set of candidates chosen by the words' frequency, server/knowledge/terms.py), and
+fuzzy matches of document titles (`pg_trgm`), fused by reciprocal rank (docs/decisions/1400,
+1403). A `retrieval` span goes into the run's trace.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
 # the top of each list; the lexical vector list counts for less than the full-text one.
 RRF_K = 20
 COMMON_WORD_SHARE = 0.1
-TEXT_CANDIDATES = 1000
+TEXT_CANDIDATES = 500
 Method = Literal["hybrid", "vector", "text"]
 
 _ALLOWED = """
@@ -83,11 +83,12 @@ def hybrid_sql(
                 f" ORDER BY {distance} LIMIT %(depth)s)"
             )
     if method in ("hybrid", "text"):
-        # Rank only the candidates (t1, t2 below), and only the best `depth` of them in order.
+        # Rank only the candidates (t1 to t3 below), and only the best `depth` of them in order.
         lists.append(
             "(SELECT x.id, 't' AS list, row_number() OVER (ORDER BY x.rank DESC, x.id) AS r"
             " FROM (SELECT t.id, ts_rank(t.tsv, %(any)s::tsquery, 1) AS rank FROM"
-            " (SELECT * FROM t1 UNION ALL SELECT * FROM t2) t ORDER BY rank DESC, t.id"
+            " (SELECT * FROM t1 UNION ALL SELECT * FROM t2 UNION ALL SELECT * FROM t3) t"
+            " ORDER BY rank DESC, t.id"
             " LIMIT %(depth)s) x)"
         )
     if method == "hybrid":
@@ -102,17 +103,9 @@ def hybrid_sql(
             " LIMIT %(names)s)"
         )
     union = "\nUNION ALL\n".join(lists)
+    tiers = text_tiers(filters) if method in ("hybrid", "text") else ""
     return f"""
-WITH t1 AS MATERIALIZED (
-    SELECT c.id, c.tsv FROM kb_chunks c
-    WHERE c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
-),
-t2 AS MATERIALIZED (
-    SELECT c.id, c.tsv FROM kb_chunks c
-    WHERE %(widen)s AND (SELECT count(*) FROM t1) < %(depth)s AND c.tsv @@ %(match)s::tsquery
-        AND NOT c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
-),
-ranked AS ({union}),
+WITH {tiers}ranked AS ({union}),
 fused AS (
     SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s::float8 WHEN 't' THEN %(wt)s::float8
             ELSE %(wn)s::float8 END
@@ -125,6 +118,33 @@ SELECT c.id, c.kb_id, c.document_id, c.position, c.heading_path, c.page, c.text,
     d.title, d.source_url, f.score, f.vector_rank, f.text_rank
 FROM fused f JOIN kb_chunks c ON c.id = f.id JOIN kb_documents d ON d.id = c.document_id
 ORDER BY f.score DESC, c.id LIMIT %(limit)s
+"""
+
+
+def text_tiers(filters: str = "") -> str:
+    """Return the full-text candidates, in tiers widened only while they hold too few chunks.
+
+    t1: the chunks holding every word of the query; t2: those holding one of its rarest
+    pairs of words (`pairs`, one GIN scan each); t3: those holding a selecting word
+    (`match`). Each tier is at most `cap` chunks, so the rank runs on a bounded set
+    (server/knowledge/terms.py, docs/decisions/1403).
+    """
+    return f"""t1 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
+t2 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE (SELECT count(*) FROM t1) < %(depth)s
+        AND c.tsv @@ ANY(%(pairs)s::tsquery[]) AND NOT c.tsv @@ %(all)s::tsquery
+        AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
+t3 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE %(widen)s AND (SELECT count(*) FROM t1) + (SELECT count(*) FROM t2) < %(depth)s
+        AND c.tsv @@ %(match)s::tsquery AND NOT c.tsv @@ ANY(%(pairs)s::tsquery[])
+        AND NOT c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
 """
 
 
@@ -156,6 +176,7 @@ def text_params(text: TextQuery, candidates: int) -> dict[str, Any]:
     return {
         "any": tsquery(text.words, "|"),
         "all": tsquery(text.words, "&"),
+        "pairs": [tsquery(pair, "&") for pair in text.pairs],
         "match": tsquery(text.select, "|"),
         "widen": not text.all_needed,
         "cap": candidates,

@@ -10,11 +10,15 @@ kept for a few minutes, not joined into every search.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from server.db.pool import Conn
+
+# The pairs of query words that select candidates first, the rarest pairs taken.
+PAIRS = 15
 
 _STATS = """
 SELECT c.reltuples, s.most_common_elems::text::text[] AS elems,
@@ -51,6 +55,7 @@ class TextQuery:
     words: tuple[str, ...]
     select: tuple[str, ...]
     all_needed: bool
+    pairs: tuple[tuple[str, str], ...] = ()
 
 
 def choose_words(
@@ -60,10 +65,11 @@ def choose_words(
 
     A word in more than `common` of all chunks never selects on its own. Of the others, the
     rarest always selects, and the next rarest while the chunks they are estimated to match
-    stay within `budget`.
+    stay within `budget`; the `PAIRS` rarest pairs of them select first.
     """
     unique = tuple(dict.fromkeys(words))
-    rare = sorted((w for w in unique if stats.share(w) <= common), key=lambda w: (stats.share(w), w))
+    ranked = sorted(unique, key=lambda w: (stats.share(w), w))
+    rare = [w for w in ranked if stats.share(w) <= common]
     if not rare:
         return TextQuery(unique, unique, all_needed=True)
     chosen: list[str] = []
@@ -74,7 +80,10 @@ def choose_words(
             break
         chosen.append(word)
         rows += estimate
-    return TextQuery(unique, tuple(chosen), all_needed=False)
+    pairs = sorted(
+        itertools.combinations(rare, 2), key=lambda p: stats.share(p[0]) * stats.share(p[1])
+    )
+    return TextQuery(unique, tuple(chosen), all_needed=False, pairs=tuple(pairs[:PAIRS]))
 
 
 def tsquery(words: Sequence[str], operator: str) -> str:
