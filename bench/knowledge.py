@@ -24,7 +24,13 @@ from server.auth import Principal
 from server.db.pool import Pool, migrate, open_pool
 from server.knowledge.cells import train_cells
 from server.knowledge.jobs import KnowledgeJobs
-from server.knowledge.search import Method, PostgresKnowledgeSearch, hybrid_sql, vector_literal
+from server.knowledge.search import (
+    Method,
+    PostgresKnowledgeSearch,
+    hybrid_sql,
+    text_params,
+    vector_literal,
+)
 from server.knowledge.service import KnowledgeService
 from server.knowledge.setup import knowledge_index_kind, open_knowledge
 from server.settings import Settings
@@ -169,7 +175,8 @@ async def latency(
             "wt": 1,
             "wn": 1,
         }
-        params |= {"probes": search.probes, "common": search.common}
+        params["probes"] = search.probes
+        params |= text_params(await search.text_query(conn, "climate of Norway"), search.candidates)
         sql = hybrid_sql([(0, kb["dims"])], method=method, probes=search.probes)
         cur = await conn.execute("EXPLAIN " + sql, params)
         plan = "\n".join(str(r["QUERY PLAN"]) for r in await cur.fetchall())

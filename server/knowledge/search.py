@@ -229,7 +229,8 @@ class PostgresKnowledgeSearch:
     # Chunks the selecting words may match by the statistics' estimate, and the most chunks
     # each full-text tier ranks (docs/decisions/1403).
     candidates: int = TEXT_CANDIDATES
-    word_stats: WordStatsCache = field(default_factory=WordStatsCache, compare=False)
+    # Per search object: `dataclasses.replace` starts a fresh cache.
+    word_stats: WordStatsCache = field(default_factory=WordStatsCache, init=False, compare=False)
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
