@@ -1,11 +1,11 @@
 """Hybrid search on Postgres: pgvector similarity and full-text search, fused by rank.
 
-One statement per search: the knowledge bases the caller may see (tenant, profile and role
-filters in SQL), then per embedding model the nearest chunks by cosine distance on
-half-precision vectors, the best full-text matches (`tsvector`, any query word but the very
-common ones), and fuzzy
-matches of document titles (`pg_trgm`), fused by reciprocal rank
-(docs/decisions/1400). A `retrieval` span goes into the run's trace.
+One statement per search, after the knowledge bases the caller may see (tenant, profile and
+role filters in SQL) and the query's words: per embedding model the nearest chunks by cosine
+distance on half-precision vectors, the best full-text matches (`tsvector`, ranked among a
+bounded set of candidates chosen by the words' frequency, server/knowledge/terms.py), and
+fuzzy matches of document titles (`pg_trgm`), fused by reciprocal rank (docs/decisions/1400,
+1403). A `retrieval` span goes into the run's trace.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from nodes.embeddings.embedder import Embedder, EmbeddingScope, embedding_scope
 from nodes.models.usage import Pricer
 from server.db.pool import Conn, Pool
 from server.knowledge.rerank import Reranker
+from server.knowledge.terms import TextQuery, WordStatsCache, choose_words, tsquery
 from server.memory.store import make_embedder
 from server.observability.tracing import Tracing
 from server.settings import Settings
@@ -31,6 +32,7 @@ from tools.knowledge.search import KnowledgeHit, KnowledgeQuery, KnowledgeResult
 # the top of each list; the lexical vector list counts for less than the full-text one.
 RRF_K = 20
 COMMON_WORD_SHARE = 0.1
+TEXT_CANDIDATES = 500
 Method = Literal["hybrid", "vector", "text"]
 
 _ALLOWED = """
@@ -81,41 +83,29 @@ def hybrid_sql(
                 f" ORDER BY {distance} LIMIT %(depth)s)"
             )
     if method in ("hybrid", "text"):
+        # Rank only the candidates (t1 to t3 below), and only the best `depth` of them in order.
         lists.append(
-            "(SELECT c.id, 't' AS list, row_number() OVER (ORDER BY ts_rank(c.tsv, q.q, 1) DESC)"
-            " AS r FROM kb_chunks c, q WHERE c.tsv @@ q.m AND c.kb_id = ANY(%(kbs)s)"
-            f"{filters} ORDER BY ts_rank(c.tsv, q.q, 1) DESC LIMIT %(depth)s)"
+            "(SELECT x.id, 't' AS list, row_number() OVER (ORDER BY x.rank DESC, x.id) AS r"
+            " FROM (SELECT t.id, ts_rank(t.tsv, %(any)s::tsquery, 1) AS rank FROM"
+            " (SELECT * FROM t1 UNION ALL SELECT * FROM t2 UNION ALL SELECT * FROM t3) t"
+            " ORDER BY rank DESC, t.id"
+            " LIMIT %(depth)s) x)"
         )
     if method == "hybrid":
         # Fuzzy names: documents whose title is (nearly) a word of the query, typos included.
         lists.append(
             "(SELECT c.id, 'n' AS list, row_number() OVER (ORDER BY t.sim DESC,"
-            " ts_rank(c.tsv, q.q, 1) DESC, c.position) AS r FROM (SELECT id,"
+            " ts_rank(c.tsv, %(any)s::tsquery, 1) DESC, c.position) AS r FROM (SELECT id,"
             " word_similarity(title, %(text)s) AS sim FROM kb_documents"
             " WHERE kb_id = ANY(%(kbs)s) AND title <%% %(text)s ORDER BY sim DESC LIMIT 3) t"
-            f" JOIN kb_chunks c ON c.document_id = t.id, q WHERE true{filters}"
-            " ORDER BY t.sim DESC, ts_rank(c.tsv, q.q, 1) DESC, c.position LIMIT %(names)s)"
+            f" JOIN kb_chunks c ON c.document_id = t.id WHERE true{filters}"
+            " ORDER BY t.sim DESC, ts_rank(c.tsv, %(any)s::tsquery, 1) DESC, c.position"
+            " LIMIT %(names)s)"
         )
     union = "\nUNION ALL\n".join(lists)
+    tiers = text_tiers(filters) if method in ("hybrid", "text") else ""
     return f"""
-WITH words AS (
-    SELECT l, l IN (
-        SELECT e FROM pg_stats s
-        CROSS JOIN LATERAL unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
-            AS m(e, f)
-        WHERE s.schemaname = current_schema() AND s.tablename = 'kb_chunks'
-            AND s.attname = 'tsv' AND m.e IS NOT NULL AND m.f > %(common)s::float8
-    ) AS common
-    FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS l
-),
-q AS (
-    SELECT to_tsquery('simple', coalesce(string_agg(quote_literal(l), ' | '), '')) AS q,
-        to_tsquery('simple', coalesce(
-            string_agg(quote_literal(l), ' | ') FILTER (WHERE NOT common),
-            string_agg(quote_literal(l), ' & '), '')) AS m
-    FROM words
-),
-ranked AS ({union}),
+WITH {tiers}ranked AS ({union}),
 fused AS (
     SELECT id, sum(CASE list WHEN 'v' THEN %(wv)s::float8 WHEN 't' THEN %(wt)s::float8
             ELSE %(wn)s::float8 END
@@ -131,24 +121,66 @@ ORDER BY f.score DESC, c.id LIMIT %(limit)s
 """
 
 
+def text_tiers(filters: str = "") -> str:
+    """Return the full-text candidates, in tiers widened only while they hold too few chunks.
+
+    t1: the chunks holding every word of the query; t2: those holding one of its rarest
+    pairs of words (`pairs`, one GIN scan each); t3: those holding a selecting word
+    (`match`). Each tier is at most `cap` chunks, so the rank runs on a bounded set
+    (server/knowledge/terms.py, docs/decisions/1403).
+    """
+    return f"""t1 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
+t2 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE (SELECT count(*) FROM t1) < %(depth)s
+        AND c.tsv @@ ANY(%(pairs)s::tsquery[]) AND NOT c.tsv @@ %(all)s::tsquery
+        AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
+t3 AS MATERIALIZED (
+    SELECT c.id, c.tsv FROM kb_chunks c
+    WHERE %(widen)s AND (SELECT count(*) FROM t1) + (SELECT count(*) FROM t2) < %(depth)s
+        AND c.tsv @@ %(match)s::tsquery AND NOT c.tsv @@ ANY(%(pairs)s::tsquery[])
+        AND NOT c.tsv @@ %(all)s::tsquery AND c.kb_id = ANY(%(kbs)s){filters} LIMIT %(cap)s
+),
+"""
+
+
 def cell_list(i: int, filters: str = "") -> str:
     """Return the vector list of model `i` read through the cells nearest its query vector.
 
-    Per knowledge base, the `probes` cells whose centroids are nearest the query; their chunks
-    come from the covering index `(kb_id, cell) INCLUDE (id, embedding)` and are ranked by
-    exact distance, with the chunks not yet in a cell (untrained bases) scanned exactly.
+    Per knowledge base, the chunks of the `probes` cells whose centroids are nearest the
+    query, from the covering index `(kb_id, cell) INCLUDE (id, embedding)` in one index scan,
+    the best `depth` by exact distance; with the chunks not yet in a cell (untrained bases)
+    scanned exactly.
     """
     distance = f"c.embedding <=> %(vec{i})s::halfvec"
     return (
         f"(SELECT v.id, 'v' AS list, row_number() OVER (ORDER BY v.d, v.id) AS r FROM ("
-        f" SELECT c.id, {distance} AS d FROM unnest(%(kbs{i})s::text[]) AS b(kb_id)"
-        " CROSS JOIN LATERAL (SELECT k.kb_id, k.cell FROM kb_cells k WHERE k.kb_id = b.kb_id"
-        f" ORDER BY k.centroid <=> %(vec{i})s::halfvec LIMIT %(probes)s) p"
-        f" JOIN kb_chunks c ON c.kb_id = p.kb_id AND c.cell = p.cell WHERE true{filters}"
-        f" UNION ALL SELECT c.id, {distance} AS d FROM kb_chunks c"
+        f" SELECT n.id, n.d FROM unnest(%(kbs{i})s::text[]) AS b(kb_id) CROSS JOIN LATERAL ("
+        f" SELECT c.id, {distance} AS d FROM kb_chunks c WHERE c.kb_id = b.kb_id"
+        " AND c.cell = ANY(ARRAY(SELECT k.cell FROM kb_cells k WHERE k.kb_id = b.kb_id"
+        f" ORDER BY k.centroid <=> %(vec{i})s::halfvec LIMIT %(probes)s)){filters}"
+        " ORDER BY d, c.id LIMIT %(depth)s) n"
+        f" UNION ALL (SELECT c.id, {distance} AS d FROM kb_chunks c"
         f" WHERE c.kb_id = ANY(%(kbs{i})s) AND c.cell IS NULL{filters}"
+        " ORDER BY d, c.id LIMIT %(depth)s)"
         ") v ORDER BY v.d, v.id LIMIT %(depth)s)"
     )
+
+
+def text_params(text: TextQuery, candidates: int) -> dict[str, Any]:
+    """Return the statement's full-text parameters for `text`."""
+    return {
+        "any": tsquery(text.words, "|"),
+        "all": tsquery(text.words, "&"),
+        "pairs": [tsquery(pair, "&") for pair in text.pairs],
+        "match": tsquery(text.select, "|"),
+        "widen": not text.all_needed,
+        "cap": candidates,
+    }
 
 
 @dataclass
@@ -194,6 +226,11 @@ class PostgresKnowledgeSearch:
     # A query word in more than this share of all chunks (the planner's statistics) does not
     # select full-text candidates on its own; it still counts in their rank.
     common: float = COMMON_WORD_SHARE
+    # Chunks the selecting words may match by the statistics' estimate, and the most chunks
+    # each full-text tier ranks (docs/decisions/1403).
+    candidates: int = TEXT_CANDIDATES
+    # Per search object: `dataclasses.replace` starts a fresh cache.
+    word_stats: WordStatsCache = field(default_factory=WordStatsCache, init=False, compare=False)
 
     async def search(self, query: KnowledgeQuery, *, method: Method = "hybrid") -> KnowledgeResult:
         """Return the best chunks of the knowledge bases `query` may search."""
@@ -218,6 +255,16 @@ class PostgresKnowledgeSearch:
                 },
             )
         return result
+
+    async def text_query(self, conn: Conn, text: str) -> TextQuery:
+        """Return the full-text query of `text`: its lexemes and those that select."""
+        cur = await conn.execute(
+            "SELECT tsvector_to_array(to_tsvector('english', %s)) AS words", (text,)
+        )
+        row = await cur.fetchone()
+        words = list(row["words"]) if row else []
+        stats = await self.word_stats.get(conn)
+        return choose_words(words, stats, common=self.common, budget=self.candidates)
 
     async def search_on(
         self, conn: Conn, query: KnowledgeQuery, *, method: Method = "hybrid"
@@ -246,8 +293,8 @@ class PostgresKnowledgeSearch:
             "wt": self.weights[1],
             "wn": self.weights[2],
             "probes": self.probes,
-            "common": self.common,
         }
+        params |= text_params(await self.text_query(conn, query.text), self.candidates)
         models: list[tuple[int, int]] = []
         if method != "text":
             scope = EmbeddingScope(query.tenant_id, None, query.run_id, "knowledge")

@@ -19,9 +19,10 @@ from server.errors import (
     UrlNotAllowedError,
 )
 from server.knowledge.jobs import KnowledgeJobs
-from server.knowledge.search import PostgresKnowledgeSearch, hybrid_sql
+from server.knowledge.search import PostgresKnowledgeSearch, hybrid_sql, text_params
 from server.knowledge.service import KnowledgeService
 from server.knowledge.setup import hnsw_index_sql, knowledge_index_kind, open_knowledge
+from server.knowledge.terms import TextQuery
 from server.memory.store import embedded_pgvector_runs_here
 from server.settings import Settings
 from tools.knowledge.search import KnowledgeQuery
@@ -191,6 +192,9 @@ async def test_an_unreadable_document_fails_with_its_reason(
     assert failed["attempts"] == 1
 
 
+TEXT = TextQuery(("hotel", "paris"), ("hotel",), all_needed=False, pairs=(("hotel", "paris"),))
+
+
 async def _plan(pool: Pool, sql: str, params: dict[str, Any]) -> str:
     async with pool.connection() as conn:
         cur = await conn.execute("EXPLAIN " + sql, params)
@@ -201,7 +205,7 @@ async def test_the_full_text_list_uses_its_gin_index_and_kb_filters_their_index(
     pool: Pool,
 ) -> None:
     params = {"text": "hotel Paris", "kbs": ["kb_x"], "depth": 40, "names": 10, "limit": 5}
-    params |= {"wv": 1, "wt": 1, "wn": 1, "common": 0.05}
+    params |= {"wv": 1, "wt": 1, "wn": 1} | text_params(TEXT, 500)
     async with pool.connection() as conn:
         await conn.execute("SET enable_seqscan = off")
         cur = await conn.execute("EXPLAIN " + hybrid_sql([], method="text"), params)
@@ -220,7 +224,7 @@ async def test_the_vector_list_uses_the_hnsw_index(pool: Pool, settings: Setting
         await conn.execute(hnsw_index_sql(settings.embedding_dims))
     vec = "[" + ",".join(["0.1"] * settings.embedding_dims) + "]"
     params = {"text": "x", "kbs": ["kb_x"], "kbs0": ["kb_x"], "vec0": vec, "depth": 40}
-    params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1, "common": 0.05}
+    params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1} | text_params(TEXT, 500)
     plan = await _plan(pool, hybrid_sql([(0, settings.embedding_dims)], method="vector"), params)
     assert f"kb_chunks_hnsw_{settings.embedding_dims}" in plan
     assert knowledge_index_kind(settings) == "hnsw"

@@ -1,0 +1,137 @@
+"""The hybrid statement's plan at `ivf` (cells), and the full-text candidates' tiers."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from nodes.embeddings.lexical import lexical_vector
+from server.auth import Principal
+from server.db.pool import Pool
+from server.knowledge import cells
+from server.knowledge.search import PostgresKnowledgeSearch, hybrid_sql, text_params, vector_literal
+from server.knowledge.service import KnowledgeService
+from server.knowledge.setup import open_knowledge
+from server.settings import Settings
+from tools.knowledge.search import KnowledgeQuery
+
+pytestmark = pytest.mark.timeout(300)
+TENANT = "planco"
+ADMIN = Principal(TENANT, "ann", frozenset({"admin"}))
+WORDS = [
+    "reactor",
+    "cooling",
+    "pump",
+    "valve",
+    "turbine",
+    "steam",
+    "pressure",
+    "alarm",
+    "shift",
+    "audit",
+    "filter",
+    "coffee",
+]
+
+
+@pytest.fixture(scope="module")
+async def search(pool: Pool, settings: Settings) -> PostgresKnowledgeSearch:
+    return await open_knowledge(pool, settings.model_copy(update={"knowledge_index": "ivf"}))
+
+
+async def add_base(pool: Pool, settings: Settings, name: str, texts: list[str]) -> str:
+    """Create knowledge base `name` with a chunk per text, 100 to a document; return its id."""
+    kb = str((await KnowledgeService(pool, settings, ADMIN).create({"name": name}))["id"])
+    dims = settings.embedding_dims
+    docs = [
+        (f"doc_{name}_{d}", kb, TENANT, f"Plant notes {d}", f"doc_{name}_{d}")
+        for d in range(len(texts) // 100 + 1)
+    ]
+    rows = [
+        (
+            f"chk_{name}_{i:05d}",
+            f"doc_{name}_{i // 100}",
+            kb,
+            i % 100,
+            t,
+            dims,
+            vector_literal(lexical_vector(t, dims)),
+        )
+        for i, t in enumerate(texts)
+    ]
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO kb_documents (id, kb_id, tenant_id, title, media_type, content,"
+            " content_hash, status) VALUES (%s, %s, %s, %s, 'text/plain', '-', %s, 'ready')",
+            docs,
+        )
+        await cur.executemany(
+            "INSERT INTO kb_chunks (id, document_id, kb_id, tenant_id, position, text, tokens,"
+            f" label, dims, embedding) VALUES (%s, %s, %s, '{TENANT}', %s, %s, 10, '', %s,"
+            " %s::halfvec)",
+            rows,
+        )
+    return kb
+
+
+async def test_the_hybrid_statement_reads_cells_and_gin_and_no_statistics(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    rng = random.Random(3)
+    texts = [" ".join(rng.sample(WORDS, 4)) + f" item {i} tag{i % 97}" for i in range(3_000)]
+    kb = await add_base(pool, settings, "planned", texts)
+    async with pool.connection() as conn:
+        await cells.train_cells(conn, kb, cells=30)
+        await conn.execute("VACUUM (ANALYZE) kb_chunks")
+        await conn.execute("ANALYZE kb_cells")
+        fresh = replace(search)  # reads the statistics just gathered
+        text = "cooling pump tag5 tag7 item 12"
+        vec = vector_literal(lexical_vector(text, settings.embedding_dims))
+        params = {"text": text, "kbs": [kb], "kbs0": [kb], "vec0": vec, "depth": 40}
+        params |= {"names": 10, "limit": 5, "wv": 1, "wt": 1, "wn": 1, "probes": 4}
+        params |= text_params(await fresh.text_query(conn, text), fresh.candidates)
+        sql = hybrid_sql([(0, settings.embedding_dims)], method="hybrid", probes=4)
+        cur = await conn.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(str(next(iter(r.values()))) for r in await cur.fetchall())
+    # Vectors: the probed cells' chunks in one index-only scan of the covering index.
+    assert "Index Only Scan using kb_chunks_cell" in plan, plan
+    assert "Index Cond: ((kb_id = b.kb_id) AND (cell = ANY (" in plan, plan
+    # Full text: every tier through the GIN index, the pairs as one scan per pair.
+    assert plan.count("Bitmap Index Scan on kb_chunks_tsv") >= 3, plan
+    assert "tsv @@ ANY (" in plan, plan
+    assert "Seq Scan on kb_chunks" not in plan, plan
+    # The word statistics come from the search's cache, not from the catalog per statement.
+    assert "pg_statistic" not in plan, plan
+
+
+async def test_full_text_candidates_widen_from_every_word_to_pairs_to_single_words(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    filler = [f"coffee filter audit note {i}" for i in range(40)]
+    texts = ["alpha beta gamma", "alpha beta", "beta gamma", "gamma", "alpha", *filler]
+    await add_base(pool, settings, "tiers", texts)
+    query = KnowledgeQuery("alpha beta gamma", TENANT, knowledge_bases=["tiers"], top_k=10)
+    found = [h.chunk_id for h in (await search.search(query, method="text")).hits]
+    assert found[0] == "chk_tiers_00000"
+    assert set(found[1:3]) == {"chk_tiers_00001", "chk_tiers_00002"}
+    assert set(found[3:]) == {"chk_tiers_00003", "chk_tiers_00004"}
+    # Enough chunks with every word: the others are not candidates, nor ranked.
+    narrow = replace(search, depth=1)
+    hits = (await narrow.search(query, method="text")).hits
+    assert [h.chunk_id for h in hits] == ["chk_tiers_00000"]
+    # Each tier ranks at most `candidates` chunks: 40 say "coffee", two are ranked.
+    capped = replace(search, candidates=2)
+    coffee = KnowledgeQuery("coffee", TENANT, knowledge_bases=["tiers"], top_k=10)
+    assert len((await capped.search(coffee, method="text")).hits) == 2
+    assert len((await search.search(coffee, method="text")).hits) == 10
+
+
+async def test_a_query_word_with_quotes_and_operators_is_searched_as_a_word(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    await add_base(pool, settings, "quoted", ["o'brien's pump | valve & alarm", "steam"])
+    query = KnowledgeQuery("o'brien | & !", TENANT, knowledge_bases=["quoted"], top_k=5)
+    hits = (await search.search(query, method="text")).hits
+    assert [h.chunk_id for h in hits] == ["chk_quoted_00000"]
