@@ -37,20 +37,64 @@ def wal_position(database_url: str) -> str:
     return str(row[0])
 
 
-def wal_by_kind(database_url: str, start: str, end: str) -> dict[str, tuple[int, int]]:
-    """WAL bytes between two positions by resource manager: (record bytes, full-page bytes)."""
+def _waldump(database_url: str, start: str, end: str, *args: str) -> str:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        # pg_waldump reads the files: wait until the WAL writer has flushed up to `end`.
+        while conn.execute("SELECT pg_current_wal_flush_lsn() < %s::pg_lsn", (end,)).fetchone() != (
+            False,
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the WAL was not flushed up to {end} within 30 s")
+            time.sleep(0.05)
     folder = Path(parse_qs(urlsplit(database_url).query)["host"][0])
     waldump = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_waldump"
     out = subprocess.run(
-        [str(waldump), "--stats", "-p", str(folder / "pg_wal"), "-s", start, "-e", end],
+        [str(waldump), *args, "-p", str(folder / "pg_wal"), "-s", start, "-e", end],
         capture_output=True,
         text=True,
     )
     if out.returncode:
         raise RuntimeError(f"pg_waldump failed: {out.stderr}")
+    return out.stdout
+
+
+def wal_by_table(database_url: str, start: str, end: str) -> dict[str, int]:
+    """WAL bytes between two positions by the table a record changes (its indexes included).
+
+    A partition counts for its partitioned table; records that change no relation (commits)
+    count as "(no table)".
+    """
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        owners = dict(
+            conn.execute(
+                "SELECT c.relfilenode::text, coalesce(pp.relname, t.relname)"
+                " FROM pg_class c"
+                " LEFT JOIN pg_index i ON i.indexrelid = c.oid"
+                " LEFT JOIN pg_class o ON o.reltoastrelid = coalesce(i.indrelid, c.oid)"
+                " JOIN pg_class t ON t.oid = coalesce(o.oid, i.indrelid, c.oid)"
+                " LEFT JOIN pg_inherits h ON h.inhrelid = t.oid AND t.relispartition"
+                " LEFT JOIN pg_class pp ON pp.oid = h.inhparent"
+                " WHERE c.relfilenode <> 0"
+            ).fetchall()
+        )
+    found: dict[str, int] = {}
+    for line in _waldump(database_url, start, end).splitlines():
+        size = re.search(r"len \(rec/tot\):\s*\d+/\s*(\d+)", line)
+        if not size:
+            continue
+        rel = re.search(r"rel \d+/\d+/(\d+)", line)
+        name = owners.get(rel.group(1), "(other relation)") if rel else "(no table)"
+        found[name] = found.get(name, 0) + int(size.group(1))
+    return found
+
+
+def wal_by_kind(database_url: str, start: str, end: str) -> dict[str, tuple[int, int]]:
+    """WAL bytes between two positions by resource manager: (record bytes, full-page bytes)."""
+    out = _waldump(database_url, start, end, "--stats")
     kinds: dict[str, tuple[int, int]] = {}
     # "Heap   1234 ( 12.34)  56789 ( 12.34)  1024 ( 1.00)  57813 ( 12.34)"
-    for line in out.stdout.splitlines():
+    for line in out.splitlines():
         found = re.match(r"^(\S+)\s+(\d+)\s+\(\s*[\d.]+\)\s+(\d+)\s+\(\s*[\d.]+\)\s+(\d+)", line)
         if found and found.group(1) != "Total":
             kinds[found.group(1)] = (int(found.group(3)), int(found.group(4)))
@@ -83,8 +127,9 @@ def tables_state(database_url: str) -> tuple[dict[str, tuple[int, int, int]], in
         for name in names:
             row = conn.execute(
                 f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0),"
-                f" (SELECT sum(pg_total_relation_size(relid))"
-                f' FROM pg_partition_tree(\'"{name}"\')) FROM "{name}" t'
+                f" coalesce((SELECT sum(pg_total_relation_size(relid))"
+                f" FROM pg_partition_tree('\"{name}\"')),"
+                f' pg_total_relation_size(\'"{name}"\')) FROM "{name}" t'
             ).fetchone()
             assert row is not None
             out[name] = (int(row[0]), int(row[1]), int(row[2]))
@@ -148,6 +193,7 @@ def main(database_url: str, quick: bool) -> Figures:
         run_async(agentrt_runs(ep, runs))
         w3 = wal_position(database_url)
         ours_kinds = wal_by_kind(database_url, w2, w3)
+        ours_tables = wal_by_table(database_url, w2, w3)
         s2 = tables_state(database_url)
         time.sleep(STATS_SETTLE_S)
         u2 = runs_updates(database_url)
@@ -203,6 +249,15 @@ def main(database_url: str, quick: bool) -> Figures:
             f"| {kind} | {floor[0] / runs / 1024:.1f} KiB | {floor[1] / runs / 1024:.1f} KiB | "
             f"{ours[0] / runs / 1024:.1f} KiB | {ours[1] / runs / 1024:.1f} KiB |"
         )
+    figures.add("")
+    figures.add("agentrt's WAL per run by the table it changes (heap, TOAST and indexes):")
+    figures.add("")
+    figures.add("| table | WAL/run | share |")
+    figures.add("|---|---|---|")
+    whole = sum(ours_tables.values())
+    for name, size in sorted(ours_tables.items(), key=lambda kv: -kv[1]):
+        if size >= runs * 100:
+            figures.add(f"| {name} | {size / runs / 1024:.1f} KiB | {size / whole:.0%} |")
     updates, hot = u2[0] - u1[0], u2[1] - u1[1]
     figures.add("")
     figures.add(
