@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from server.events.channels import CHANNELS, EVENTS_CHANNEL, RUNS_CHANNEL, WORKER_CHANNELS
+from server.events.channels import CHANNELS, EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,12 @@ async def _heard(database_url: str, channels: tuple[str, ...]) -> list[str]:
         with notifier.watch_run("run_x") as woken:
             # Postgres delivers one transaction's notifications in order: once the runs
             # channel is heard, an events notification would have been heard before it.
-            async with await AsyncConnection.connect(database_url, autocommit=True) as conn:
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_notify(%s, 'run_x:5')", (EVENTS_CHANNEL,))
-                    await conn.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
+            async with (
+                await AsyncConnection.connect(database_url, autocommit=True) as conn,
+                conn.transaction(),
+            ):
+                await conn.execute("SELECT pg_notify(%s, 'run_x:5')", (EVENTS_CHANNEL,))
+                await conn.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
             async with asyncio.timeout(30):
                 await done.wait()
             if woken.is_set():
