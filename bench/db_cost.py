@@ -225,10 +225,16 @@ def main(database_url: str, quick: bool) -> Figures:
         )
     figures.add(f"| **all** | | {total_rows:.1f} | {total_bytes / 1024:.1f} KiB | |")
     figures.add("")
+    floor_dump = sum(sum(v) for v in floor_kinds.values()) / runs
+    ours_dump = sum(sum(v) for v in ours_kinds.values()) / runs
     figures.add(
-        f"WAL written per run: engine {floor_wal / 1024:.1f} KiB, agentrt {ours_wal / 1024:.1f} "
-        f"KiB: **{ours_wal / floor_wal:.2f}x** (target ≤ 1.5x: "
-        f"{'**met**' if ours_wal <= 1.5 * floor_wal else '**missed**'})."
+        f"WAL written per run, the records of each phase only (`pg_waldump`): engine "
+        f"{floor_dump / 1024:.1f} KiB, agentrt {ours_dump / 1024:.1f} KiB: "
+        f"**{ours_dump / floor_dump:.2f}x** (target ≤ 1.5x: "
+        f"{'**met**' if ours_dump <= 1.5 * floor_dump else '**missed**'}). The WAL position's "
+        f"advance over each phase, which also holds the statistics queries' hint-bit pages "
+        f"and the processes' idle polls: engine {floor_wal / 1024:.1f} KiB, agentrt "
+        f"{ours_wal / 1024:.1f} KiB ({ours_wal / floor_wal:.2f}x)."
     )
     figures.add("")
     figures.add(
