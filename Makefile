@@ -69,8 +69,8 @@ format: install ## Format the code
 bench: install ## Run the benchmarks; figures go to docs/benchmarks.md
 	$(BIN)/python -m bench.run
 
-bench-large: install ## Knowledge search at 1,000,000 chunks: build time, size, latency (long)
-	$(BIN)/python -m bench.run --only knowledge_large
+bench-large: install ## Knowledge at 1,000,000 chunks; the event log at 10,000,000 events (long)
+	$(BIN)/python -m bench.run --only knowledge_large event_log_size
 
 bench-quick: install ## A short version of the benchmarks; figures go to bench/results/ only
 	$(BIN)/python -m bench.run --quick

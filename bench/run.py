@@ -40,7 +40,7 @@ BENCHMARKS = [
     "pool_check",
 ]
 # Run only when named (`make bench-large`): they take long and need much disk.
-LARGE = ["knowledge_large"]
+LARGE = ["knowledge_large", "event_log_size"]
 FINDINGS = "## Findings and changes\n"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 QUICK_DOC = Path(__file__).resolve().parent / "results" / "benchmarks-quick.md"

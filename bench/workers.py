@@ -1,15 +1,23 @@
 """Worker scaling and recovery: runs/s with 1, 2 and 4 worker processes; time to recover.
 
 The model is scripted with zero latency: one tool call, then a 20-token streamed answer.
+Beside runs/s, each worker count reports CPU seconds per run by process (the API, all
+workers, Postgres, this benchmark's own client) and how many of the machine's cores were
+busy, so that a fall in runs/s can be told apart from a saturated machine; and Postgres
+transactions per run, which grow with the worker count when idle workers wake for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg
 
 from bench.client import Endpoint
 from bench.common import (
@@ -17,6 +25,7 @@ from bench.common import (
     env_for,
     http,
     post_run,
+    postgres_cpu_seconds,
     processes,
     run_async,
     start_api,
@@ -31,6 +40,38 @@ SCRIPTS = {
     "bench": [TOOL_TURN, ANSWER],
     "long": [TOOL_TURN, {"text": "tick " * 2000, "chunk_chars": 5, "delay_s": 0.01}],
 }
+
+
+# Idle backends report their statistics at most this long after their last transaction.
+STATS_SETTLE_S = 11.0
+
+
+@dataclass
+class Cost:
+    """CPU seconds per run by process, cores busy, Postgres transactions per run."""
+
+    api: float
+    workers: float
+    postgres: float
+    client: float
+    cores: float
+    xacts: float
+
+    @property
+    def total(self) -> float:
+        """CPU seconds per run of everything on the machine that serves the runs."""
+        return self.api + self.workers + self.postgres + self.client
+
+
+def transactions(database_url: str) -> int:
+    """Transactions committed or rolled back in the benchmark's database so far."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def throughput(url: str, runs: int, concurrency: int) -> float:
@@ -68,13 +109,48 @@ def main(database_url: str, quick: bool) -> Figures:
     with processes([api]):
         figures.add("| worker processes | runs/s (median) | spread | repeats |")
         figures.add("|---|---|---|---|")
+        costs: dict[int, Cost] = {}
         for count in (1, 2) if quick else (1, 2, 4):
             workers = start_workers(env, count)
+            time.sleep(STATS_SETTLE_S)
+            xact0 = transactions(database_url)
             with processes(workers):
+                cpu0 = [p.cpu_seconds() for p in (api, *workers)]
+                pg0, own0, wall0 = postgres_cpu_seconds(database_url), os.times(), time.time()
                 rates = [run_async(throughput(api.url, runs, 32)) for _ in range(repeats)]
+                cpu = [p.cpu_seconds() - c for p, c in zip((api, *workers), cpu0, strict=True)]
+                pg, own, wall = postgres_cpu_seconds(database_url) - pg0, os.times(), time.time()
+            time.sleep(STATS_SETTLE_S)  # the API's idle backends report their transactions
+            total_runs = runs * repeats
+            client = (own.user + own.system) - (own0.user + own0.system)
+            costs[count] = Cost(
+                api=cpu[0] / total_runs,
+                workers=sum(cpu[1:]) / total_runs,
+                postgres=pg / total_runs,
+                client=client / total_runs,
+                cores=(sum(cpu) + pg + client) / (wall - wall0),
+                xacts=(transactions(database_url) - xact0) / total_runs,
+            )
             figures.add(
                 f"| {count} | {statistics.median(rates):.1f} | "
                 f"{max(rates) - min(rates):.1f} | {repeats} x {runs} runs, 32 in flight |"
+            )
+        figures.add("")
+        figures.add(
+            "CPU per run by process (ms), cores busy (all CPU seconds over wall seconds; the "
+            f"machine has {os.cpu_count()}) and Postgres transactions per run:"
+        )
+        figures.add("")
+        figures.add(
+            "| worker processes | API | workers | Postgres | benchmark client | total "
+            "| cores busy | transactions/run |"
+        )
+        figures.add("|---|---|---|---|---|---|---|---|")
+        for count, c in costs.items():
+            figures.add(
+                f"| {count} | {c.api * 1000:.1f} | {c.workers * 1000:.1f} | "
+                f"{c.postgres * 1000:.1f} | {c.client * 1000:.1f} | {c.total * 1000:.1f} | "
+                f"{c.cores:.2f} | {c.xacts:.1f} |"
             )
         figures.add("")
         times = []

@@ -136,7 +136,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     tools = build_tool_registry(settings, _tools(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    async with open_runtime(settings, models, tools, run_workers=True) as rt:
+    async with open_runtime(settings, models, tools, run_workers=True, serves_streams=False) as rt:
         assert rt.worker is not None
 
         def on_signal() -> None:

@@ -24,6 +24,7 @@ from server.db.checkpoint import FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
+from server.events.channels import CHANNELS, WORKER_CHANNELS
 from server.events.notify import Notifier
 from server.knowledge.jobs import KnowledgeJobs
 from server.knowledge.search import PostgresKnowledgeSearch
@@ -109,8 +110,13 @@ async def open_runtime(
     *,
     run_workers: bool,
     span_exporters: Sequence[SpanExporter] = (),
+    serves_streams: bool = True,
 ) -> AsyncIterator[Runtime]:
-    """Start everything a process needs; on exit drain the worker and close the rest."""
+    """Start everything a process needs; on exit drain the worker and close the rest.
+
+    A process with `serves_streams=False` (`agentrt worker`) does not listen to the event
+    log's notifications (see `Notifier`).
+    """
     async with AsyncExitStack() as stack:
         async with waiting(
             "the embedded database to start" if not settings.database_url else "the database"
@@ -144,7 +150,7 @@ async def open_runtime(
         graphs = load_graphs(
             settings.langgraph_config, checkpointer=checkpointer, store=store, own_graph=graph
         )
-        notifier = Notifier(url)
+        notifier = Notifier(url, CHANNELS if serves_streams else WORKER_CHANNELS)
         async with waiting("the notification listener"):
             await notifier.start()
         tracing.start()

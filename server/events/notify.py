@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -21,10 +21,17 @@ log = logging.getLogger(__name__)
 
 
 class Notifier:
-    """Listen on our channels and wake whoever waits in this process."""
+    """Listen on our channels and wake whoever waits in this process.
 
-    def __init__(self, url: str) -> None:
+    `channels` defaults to all of them; a process that serves no streams passes
+    `WORKER_CHANNELS`, because every listening backend spends a Postgres transaction on each
+    notification it receives, and the log's (one per event batch) would be most of them.
+    A run watched in such a process is still woken, by its watcher's own poll.
+    """
+
+    def __init__(self, url: str, channels: Sequence[str] = CHANNELS) -> None:
         self._url = url
+        self._channels = tuple(channels)
         self._run_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._handlers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
         self._task: asyncio.Task[None] | None = None
@@ -81,7 +88,7 @@ class Notifier:
 
     async def _notifications(self) -> AsyncIterator[tuple[str, str]]:
         async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
-            for channel in CHANNELS:
+            for channel in self._channels:
                 await conn.execute(f"LISTEN {channel}")
             self.connected.set()
             # Anything notified while we were away is unknown: everyone looks again.
