@@ -191,3 +191,25 @@ async def test_every_title_a_question_nearly_holds_shares_a_kept_trigram_with_it
         row = await cur.fetchone()
     assert row is not None and row["kept"] > 100
     assert row["missed"] == 0
+
+
+async def test_the_statement_runs_on_a_generic_plan_and_the_session_keeps_its_mode(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    await add_base(pool, settings, "generic", [f"{w} pump note {i}" for i, w in enumerate(WORDS)])
+    query = KnowledgeQuery("cooling pump", TENANT, knowledge_bases=["generic"], top_k=3)
+    async with pool.connection() as conn:
+        first = await search.search_on(conn, query)
+        for _ in range(3):
+            again = await search.search_on(conn, query)
+            assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits]
+        cur = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%WITH t1 AS%%' AND statement NOT LIKE '%%pg_prepared%%'"
+        )
+        plans = await cur.fetchall()
+        mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+    # Other tests' searches may have used this connection: every statement of theirs too.
+    assert plans and all(p["custom_plans"] == 0 for p in plans)
+    assert max(p["generic_plans"] for p in plans) >= 4
+    assert mode is not None and mode["plan_cache_mode"] == "auto"
