@@ -104,6 +104,8 @@ async def test_the_hybrid_statement_reads_cells_and_gin_and_no_statistics(
     assert "Seq Scan on kb_chunks" not in plan, plan
     # The word statistics come from the search's cache, not from the catalog per statement.
     assert "pg_statistic" not in plan, plan
+    # Titles: candidates from their kept trigrams' index, not `word_similarity` on every title.
+    assert "kb_title_trigrams_pkey" in plan, plan
 
 
 async def test_full_text_candidates_widen_from_every_word_to_pairs_to_single_words(
@@ -135,3 +137,79 @@ async def test_a_query_word_with_quotes_and_operators_is_searched_as_a_word(
     query = KnowledgeQuery("o'brien | & !", TENANT, knowledge_bases=["quoted"], top_k=5)
     hits = (await search.search(query, method="text")).hits
     assert [h.chunk_id for h in hits] == ["chk_quoted_00000"]
+
+
+async def test_a_title_is_found_through_its_kept_trigrams_typos_included(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    texts = [f"{w} note {i}" for i, w in enumerate(WORDS * 25)]
+    kb = await add_base(pool, settings, "titled", texts)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE kb_documents SET title = 'Reykjavik harbour' WHERE id = 'doc_titled_1'"
+        )
+        cur = await conn.execute(
+            "SELECT document_id, count(*) AS n FROM kb_title_trigrams WHERE kb_id = %s"
+            " GROUP BY document_id ORDER BY document_id",
+            (kb,),
+        )
+        kept = {r["document_id"]: r["n"] for r in await cur.fetchall()}
+    # One row per kept trigram of each title, renewed when the title changes: "Plant notes 0"
+    # has 14 trigrams and keeps 14 - 8 + 1; "Reykjavik harbour" 18, keeps 18 - 10 + 1.
+    assert kept["doc_titled_0"] == 7
+    assert kept["doc_titled_1"] == 9
+    for text in ("harbour of reykjavk", "what about the reykjavik harbor?"):
+        query = KnowledgeQuery(text, TENANT, knowledge_bases=["titled"], top_k=3)
+        hits = (await search.search(query)).hits
+        assert hits and hits[0].document_id == "doc_titled_1", text
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM kb_documents WHERE id = 'doc_titled_1'")
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM kb_title_trigrams WHERE document_id = 'doc_titled_1'"
+        )
+        assert (await cur.fetchone() or {})["n"] == 0
+
+
+async def test_every_title_a_question_nearly_holds_shares_a_kept_trigram_with_it(
+    pool: Pool,
+) -> None:
+    # The title list's candidates never miss a title `word_similarity` would keep.
+    rng = random.Random(5)
+    words = [*WORDS, "norway", "climate", "manual", "42", "x", "ab", "Reykjavik"]
+    titles = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(150)]
+    titles += [t[: rng.randint(1, len(t))] for t in titles[:50]]
+    questions = [" ".join(rng.sample(words, rng.randint(2, 6))) for _ in range(150)]
+    questions += [q.replace("o", "0", 1).replace("a", "e", 1) for q in questions[:50]]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE word_similarity(t, q) >= 0.6) AS kept,"
+            " count(*) FILTER (WHERE word_similarity(t, q) >= 0.6"
+            " AND NOT agentrt_kb_title_trigrams(t) && show_trgm(q)) AS missed"
+            " FROM unnest(%s::text[]) AS t, unnest(%s::text[]) AS q",
+            (titles, questions),
+        )
+        row = await cur.fetchone()
+    assert row is not None and row["kept"] > 100
+    assert row["missed"] == 0
+
+
+async def test_the_statement_runs_on_a_generic_plan_and_the_session_keeps_its_mode(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    await add_base(pool, settings, "generic", [f"{w} pump note {i}" for i, w in enumerate(WORDS)])
+    query = KnowledgeQuery("cooling pump", TENANT, knowledge_bases=["generic"], top_k=3)
+    async with pool.connection() as conn:
+        first = await search.search_on(conn, query)
+        for _ in range(3):
+            again = await search.search_on(conn, query)
+            assert [h.chunk_id for h in again.hits] == [h.chunk_id for h in first.hits]
+        cur = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%WITH t1 AS%%' AND statement NOT LIKE '%%pg_prepared%%'"
+        )
+        plans = await cur.fetchall()
+        mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+    # Other tests' searches may have used this connection: every statement of theirs too.
+    assert plans and all(p["custom_plans"] == 0 for p in plans)
+    assert max(p["generic_plans"] for p in plans) >= 4
+    assert mode is not None and mode["plan_cache_mode"] == "auto"
