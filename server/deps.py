@@ -7,7 +7,6 @@ it needs in its signature (`pool: PoolDep`) and tests can see it there. The gett
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -17,7 +16,7 @@ from server.auth import Principal, presented_key, principal_of
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
-from server.events.sse import Feeds, RunStreams
+from server.events.sse import RunStreams
 from server.knowledge.service import KnowledgeService
 from server.langgraph_api.auth import GraphAuth
 from server.langgraph_api.service import LangGraphService
@@ -62,12 +61,6 @@ async def get_notifier(request: Request) -> Notifier:
     return notifier
 
 
-async def get_feeds(request: Request) -> Feeds:
-    """Return the shared live feeds of runs being streamed."""
-    feeds: Feeds = request.app.state.feeds
-    return feeds
-
-
 async def get_metrics(request: Request) -> Metrics:
     """Return the process's Prometheus metrics."""
     metrics: Metrics = request.app.state.runtime.metrics
@@ -78,12 +71,6 @@ async def get_tracing(request: Request) -> Tracing:
     """Return the process's tracer and span sink."""
     tracing: Tracing = request.app.state.runtime.tracing
     return tracing
-
-
-async def get_stopping(request: Request) -> asyncio.Event:
-    """Return the event set when the process starts to stop (open streams then end)."""
-    stopping: asyncio.Event = request.app.state.runtime.stopping
-    return stopping
 
 
 async def get_run_streams(request: Request) -> RunStreams:
@@ -105,10 +92,8 @@ PoolDep = Annotated[Pool, Depends(get_pool)]
 ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
 ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
 NotifierDep = Annotated[Notifier, Depends(get_notifier)]
-FeedsDep = Annotated[Feeds, Depends(get_feeds)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 TracingDep = Annotated[Tracing, Depends(get_tracing)]
-StoppingDep = Annotated[asyncio.Event, Depends(get_stopping)]
 RunStreamsDep = Annotated[RunStreams, Depends(get_run_streams)]
 
 

@@ -55,7 +55,9 @@ def ttl_minutes(ttl: Any) -> float | None:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float):
         raise InvalidGraphRequestError("`ttl` is a number of minutes")
     if not MIN_TTL_MINUTES <= ttl <= MAX_TTL_MINUTES:
-        raise InvalidGraphRequestError("`ttl` is between one second (1/60) and a year of minutes")
+        raise InvalidGraphRequestError(
+            "`ttl` must be between 1/60 (one second) and 527040 (a year) minutes"
+        )
     return float(ttl)
 
 
