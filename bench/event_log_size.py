@@ -38,11 +38,10 @@ from bench.common import (
     write_scripts,
 )
 from bench.engine import AGENT_SCRIPT
-from bench.long_run import writer_capacity
+from bench.long_run import bare_run, writer_capacity
 from graphs.events import EventType
 from server.db.pool import Pool, migrate, open_pool
 from server.events.log import NewEvent, append_events
-from server.ids import new_id
 from server.settings import Settings
 
 DAYS = 30
@@ -55,24 +54,9 @@ def _settings(url: str) -> Settings:
 
 
 async def _new_run(pool: Pool) -> str:
-    """A run of the API's default user with `run.created` and `run.started`; its id."""
-    run_id, conv, msg = new_id("run"), new_id("conv"), new_id("msg")
+    """A queued run of the API's default user (so its stream can be read); its id."""
     async with pool.connection() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 'default', 'local')",
-            (conv,),
-        )
-        await conn.execute(
-            "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
-            " VALUES (%s, %s, 'default', 'local', 'user', 'go')",
-            (msg, conv),
-        )
-        await conn.execute(
-            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
-            " VALUES (%s, %s, 'default', 'local', 'bench', %s)",
-            (run_id, conv, msg),
-        )
-    return run_id
+        return await bare_run(conn, "default", "local")
 
 
 async def appends(pool: Pool, count: int) -> list[float]:

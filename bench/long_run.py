@@ -31,7 +31,7 @@ from bench.common import (
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
 from graphs.events import EventType
-from server.db.pool import Pool, open_pool
+from server.db.pool import Conn, Pool, open_pool
 from server.events.log import NewEvent, append_events
 from server.events.writer import EventWriter
 from server.ids import new_id
@@ -69,24 +69,30 @@ async def timed(repeats: int, make: object) -> list[float]:
     return out
 
 
+async def bare_run(conn: Conn, tenant: str, user: str) -> str:
+    """Insert a queued run (and its conversation and message) straight into the tables."""
+    run_id, conv, msg = new_id("run"), new_id("conv"), new_id("msg")
+    await conn.execute(
+        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, %s, %s)",
+        (conv, tenant, user),
+    )
+    await conn.execute(
+        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
+        " VALUES (%s, %s, %s, %s, 'user', 'go')",
+        (msg, conv, tenant, user),
+    )
+    await conn.execute(
+        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
+        " VALUES (%s, %s, %s, %s, 'bench', %s)",
+        (run_id, conv, tenant, user, msg),
+    )
+    return run_id
+
+
 async def writer_capacity(pool: Pool, events: int) -> float:
     """Store `events` deltas through an EventWriter as fast as it takes them; return events/s."""
-    run_id, conv, msg = new_id("run"), new_id("conv"), new_id("msg")
     async with pool.connection() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 'bench', 'bench')",
-            (conv,),
-        )
-        await conn.execute(
-            "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
-            " VALUES (%s, %s, 'bench', 'bench', 'user', 'go')",
-            (msg, conv),
-        )
-        await conn.execute(
-            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
-            " VALUES (%s, %s, 'bench', 'bench', 'bench', %s)",
-            (run_id, conv, msg),
-        )
+        run_id = await bare_run(conn, "bench", "bench")
         head, _ = await append_events(
             conn,
             run_id,
