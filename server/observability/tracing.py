@@ -32,6 +32,7 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
+from psycopg import AsyncCursor
 
 from server.db.pool import Pool
 from server.domain import Run
@@ -103,27 +104,29 @@ class PostgresSpanSink(SpanProcessor):
         )
 
     async def flush(self) -> None:
-        """Write what has been collected so far."""
+        """Write what has been collected so far, in one transaction."""
         async with self._lock:
             spans, self._spans = self._spans, []
             payloads, self._payloads = self._payloads, []
             if not spans and not payloads:
                 return
-            async with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                if spans:
-                    async with cur.copy(
-                        "COPY trace_spans (trace_id, span_id, parent_span_id, run_id, tenant_id,"
-                        " name, kind, start_time, end_time, duration_ms, status, error,"
-                        " attributes, events) FROM STDIN"
-                    ) as copy:
-                        for s in spans:
-                            await copy.write_row(_span_row(s))
-                if payloads:
-                    await cur.executemany(
-                        "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
-                        " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        payloads,
-                    )
+            rows = [_span_row(s) for s in spans]
+            async with self._pool.connection() as conn:
+                if len(rows) > _INSERT_MAX:
+                    async with conn.transaction(), conn.cursor() as cur:
+                        async with cur.copy(
+                            f"COPY trace_spans ({_SPAN_COLUMNS}) FROM STDIN"
+                        ) as copy:
+                            for row in rows:
+                                await copy.write_row(row)
+                        await _insert_payloads(cur, payloads)
+                    return
+                # A run's few spans: pipelined with no BEGIN, the statements up to the one Sync
+                # at the end are a single implicit transaction sent in one round trip.
+                async with conn.pipeline(), conn.cursor() as cur:
+                    if rows:
+                        await cur.executemany(_INSERT_SPAN, rows)
+                    await _insert_payloads(cur, payloads)
 
     async def run(self, interval_s: float) -> None:
         """Flush every `interval_s` until cancelled."""
@@ -133,6 +136,24 @@ class PostgresSpanSink(SpanProcessor):
                 await self.flush()
             except Exception:
                 log.exception("storing spans failed; will retry")
+
+
+_SPAN_COLUMNS = (
+    "trace_id, span_id, parent_span_id, run_id, tenant_id, name, kind, start_time, end_time,"
+    " duration_ms, status, error, attributes, events"
+)
+_INSERT_SPAN = f"INSERT INTO trace_spans ({_SPAN_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
+# Up to this many spans go in one pipeline of INSERTs; more (a backlog) go through COPY.
+_INSERT_MAX = 64
+
+
+async def _insert_payloads(cur: AsyncCursor[Any], payloads: list[tuple[str, ...]]) -> None:
+    if payloads:
+        await cur.executemany(
+            "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            payloads,
+        )
 
 
 def _span_row(s: ReadableSpan) -> tuple[Any, ...]:

@@ -367,6 +367,16 @@ FROM next WHERE runs.id = next.id
 RETURNING runs.*,
     (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
 """
+# One row either way: the claimed run (all NULL when none) and whether any other run is queued
+# in the statement's snapshot (the run just claimed is still queued there).
+_CLAIM_REPORTING = f"""
+WITH claimed AS ({_CLAIM})
+SELECT claimed.*, EXISTS (
+    SELECT 1 FROM runs q WHERE q.status = '{RunStatus.QUEUED.value}'
+      AND q.id NOT IN (SELECT id FROM claimed)
+) AS backlog
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+"""
 
 
 @dataclass(frozen=True)
@@ -391,12 +401,22 @@ async def claim_next(conn: Conn, params: dict[str, Any]) -> Claim | None:
         conn: A connection inside a transaction that holds the claim advisory lock.
         params: The claim's parameters (`server.runs.worker.claim_params`).
     """
-    cur = await conn.execute(_CLAIM, params)
+    return (await claim_reporting_backlog(conn, params))[0]
+
+
+async def claim_reporting_backlog(conn: Conn, params: dict[str, Any]) -> tuple[Claim | None, bool]:
+    """Claim like `claim_next`, and say whether any other run was queued (claimable or not).
+
+    A worker that is told there was none need not claim again until a run is queued: the
+    queued notification says when.
+    """
+    cur = await conn.execute(_CLAIM_REPORTING, params)
     row = await cur.fetchone()
-    if row is None:
-        return None
+    assert row is not None  # the statement returns one row whether or not it claims
+    if row["id"] is None:
+        return None, row["backlog"]
     run = Run.from_row(row)
-    return Claim(run, head_of(run.id, row), row["input_content"])
+    return Claim(run, head_of(run.id, row), row["input_content"]), row["backlog"]
 
 
 async def renew_leases(

@@ -33,7 +33,7 @@ from server.runs.attempt import ExecutorDeps, RunHandle
 from server.runs.executor import execute_run
 from server.runs.records import (
     Claim,
-    claim_next,
+    claim_reporting_backlog,
     fence_out,
     lock_expired_leases,
     mark_paused,
@@ -73,6 +73,10 @@ class Worker:
         self._handles: dict[str, RunHandle] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._claiming = False
+        # Whether a run may be waiting to be claimed: set by every queued notification, cleared
+        # by a claim that saw no other queued run. A run ending claims again only when it is set.
+        self._backlog = True
+        self._queued_seen = 0  # queued notifications so far, to spot one during a claim
         # Set to end a drain early: `stop` then hands every run back without waiting.
         self.hurry = asyncio.Event()
 
@@ -83,7 +87,7 @@ class Worker:
 
     async def start(self) -> None:
         """Register, then start claiming, heartbeating and reaping."""
-        self.notifier.on(RUNS_CHANNEL, lambda _payload: self._wake.set())
+        self.notifier.on(RUNS_CHANNEL, self._on_queued)
         self.notifier.on(CANCEL_CHANNEL, self._on_cancel)
         self.notifier.on(PAUSE_CHANNEL, self._on_pause)
         async with self._pool.connection() as conn:
@@ -142,6 +146,11 @@ class Worker:
             handle.stop_reason = reason
             task.cancel()
 
+    def _on_queued(self, _payload: str) -> None:
+        self._queued_seen += 1
+        self._backlog = True
+        self._wake.set()
+
     def _on_cancel(self, run_id: str) -> None:
         self._stop_run(run_id, "cancel")
 
@@ -165,7 +174,7 @@ class Worker:
                     await expire_due(self.deps.pool)
                     await wake_parents(self.deps.pool)
                 while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
-                    if not await self.claim_one():
+                    if not await self.claim_one() or not self._backlog:
                         break
             except Exception:
                 log.exception("claiming runs failed; retrying")
@@ -173,9 +182,14 @@ class Worker:
 
     async def claim_one(self) -> bool:
         """Claim the next claimable run and start it; return False when there was none."""
+        seen = self._queued_seen
         async with self._pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
-            claim = await claim_next(conn, claim_params(self._settings, self.owner))
+            claim, backlog = await claim_reporting_backlog(
+                conn, claim_params(self._settings, self.owner)
+            )
+            # A run queued while the claim ran may be missing from its snapshot.
+            self._backlog = backlog or self._queued_seen != seen
             if claim is None:
                 return False
             run, generation = claim.run, claim.run.lease_generation
@@ -234,7 +248,8 @@ class Worker:
             if self._tasks.get(run_id) is asyncio.current_task():
                 del self._tasks[run_id]
                 self._handles.pop(run_id, None)
-            self._wake.set()
+            if self._backlog:  # a slot is free for a run that was waiting
+                self._wake.set()
 
     async def _heartbeat_loop(self) -> None:
         interval = self._settings.lease_seconds / 3

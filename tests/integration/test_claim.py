@@ -8,7 +8,7 @@ from __future__ import annotations
 from server.auth import Principal
 from server.db.pool import Pool
 from server.runs.conversations import create_conversation
-from server.runs.records import claim_next, create_run
+from server.runs.records import claim_next, claim_reporting_backlog, create_run
 from server.runs.worker import claim_params
 from server.settings import Settings
 
@@ -29,3 +29,36 @@ async def test_a_claim_leases_the_run_and_carries_its_input_message(
     assert (claim.run.attempt, claim.run.lease_generation) == (1, 1)
     assert (claim.head.seq, claim.head.generation) == (created.last_event_seq, 1)
     assert claim.run.deadline_at is not None
+
+
+async def test_a_claim_says_whether_another_run_is_still_queued(
+    pool: Pool, settings: Settings
+) -> None:
+    params = claim_params(settings, "test-worker")
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("UPDATE runs SET status = 'completed' WHERE status = 'queued'")
+        assert await claim_reporting_backlog(conn, params) == (None, False)
+
+    first = await create_conversation(pool, WHO, None, None, {})
+    await create_run(pool, WHO, first["id"], "one", "demo", {})
+    await create_run(pool, WHO, first["id"], "two, behind one", "demo", {})
+    async with pool.connection() as conn, conn.transaction():
+        claim, backlog = await claim_reporting_backlog(conn, params)
+        assert claim is not None  # its worker then stores run.started:
+        await conn.execute("UPDATE runs SET status = 'running' WHERE id = %s", (claim.run.id,))
+    assert claim.input == "one"
+    assert backlog, "the run behind it in its conversation is still queued"
+    async with pool.connection() as conn, conn.transaction():
+        # Queued but not claimable until "one" ends: still a backlog to look at later.
+        assert await claim_reporting_backlog(conn, params) == (None, True)
+
+    second = await create_conversation(pool, WHO, None, None, {})
+    await create_run(pool, WHO, second["id"], "alone", "demo", {})
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE runs SET status = 'completed' WHERE input_message_id IN"
+            " (SELECT id FROM messages WHERE content = 'two, behind one')"
+        )
+        claim, backlog = await claim_reporting_backlog(conn, params)
+    assert claim is not None and claim.input == "alone"
+    assert not backlog, "the run just claimed is not a backlog of its own"
