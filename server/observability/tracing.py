@@ -147,7 +147,7 @@ _INSERT_SPAN = f"INSERT INTO trace_spans ({_SPAN_COLUMNS}) VALUES ({', '.join(['
 _INSERT_MAX = 64
 
 
-async def _insert_payloads(cur: AsyncCursor[Any], payloads: list[tuple[str, ...]]) -> None:
+async def _insert_payloads(cur: AsyncCursor[Any], payloads: Sequence[tuple[str, ...]]) -> None:
     if payloads:
         await cur.executemany(
             "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
