@@ -48,6 +48,8 @@ from tools.knowledge.search import KnowledgeSearch
 from tools.registry import ToolRegistry
 
 GraphInput = dict[str, Any] | Command[Any] | None
+# The key of the `updates` part LangGraph streams when the graph stops on interrupts.
+INTERRUPT = "__interrupt__"
 
 
 @dataclass(frozen=True)
@@ -208,11 +210,12 @@ class Attempt:
 
     async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
         """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
-        async with self.deps.pool.connection() as conn:
-            agent = await run_agent(conn, self.run.tenant_id, *self.run.agent)
+        # The profile and the thread's state are read at once: neither needs the other.
+        agent, state = await asyncio.gather(
+            self._agent(), self.deps.graph.aget_state(self._thread())
+        )
         config = self._config(callbacks, agent)
         context = await self._context(agent)
-        state = await self.deps.graph.aget_state(config)
         graph_input: GraphInput
         if state.values.get("run_id") == self.run.id:
             graph_input = await self._resume_input(state)
@@ -226,6 +229,7 @@ class Attempt:
             graph_input = self._first_input(state)
         # "sync": each step's checkpoint is stored before the next step starts, so no tool runs
         # for a model turn that is not checkpointed, and a failed write stops the attempt there.
+        interrupted = False
         async for mode, chunk in self.deps.graph.astream(
             graph_input,
             config,
@@ -235,12 +239,24 @@ class Attempt:
             durability="sync",
         ):
             self.projector.handle(mode, chunk)
+            interrupted = interrupted or (mode == "updates" and INTERRUPT in chunk)
+        if not interrupted:
+            # Every stop on an interrupt streams an `__interrupt__` update: a stream without
+            # one ran to its end, and reading the whole state back would find none.
+            return ()
         return (await self.deps.graph.aget_state(config)).interrupts
+
+    async def _agent(self) -> AgentVersion:
+        async with self.deps.pool.connection() as conn:
+            return await run_agent(conn, self.run.tenant_id, *self.run.agent)
+
+    def _thread(self) -> RunnableConfig:
+        return {"configurable": {"thread_id": self.run.conversation_id}}
 
     def _config(self, callbacks: list[BaseCallbackHandler], agent: AgentVersion) -> RunnableConfig:
         return {
             "configurable": {
-                "thread_id": self.run.conversation_id,
+                **self._thread()["configurable"],
                 FENCE_RUN: self.run.id,
                 FENCE_GENERATION: self.run.lease_generation,
             },
