@@ -211,9 +211,10 @@ class Attempt:
     async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
         """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
         # The profile and the thread's state are read at once: neither needs the other.
-        agent, state = await asyncio.gather(
+        loaded: tuple[AgentVersion, StateSnapshot] = await asyncio.gather(
             self._agent(), self.deps.graph.aget_state(self._thread())
         )
+        agent, state = loaded
         config = self._config(callbacks, agent)
         context = await self._context(agent)
         graph_input: GraphInput
