@@ -79,9 +79,10 @@ class TraceCallbackHandler(BaseCallbackHandler):
         shown, truncated = cut(text, self._tracing.settings.trace_payload_chars)
         span.set_attribute(f"agentrt.{kind}", shown)
         if truncated:
+            # Only a cut attribute needs its full copy kept apart; an uncut one is the payload.
             span.set_attribute(f"agentrt.{kind}_truncated", True)
-        ctx = span.get_span_context()
-        self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, data)
+            ctx = span.get_span_context()
+            self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, data)
 
     # -- graph nodes ----------------------------------------------------------------------
 

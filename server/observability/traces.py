@@ -86,14 +86,34 @@ async def load_trace(conn: Conn, run: Run) -> dict[str, Any]:
     }
 
 
+# A payload cut in its span's attribute is kept whole in `trace_payloads`; an uncut one is the
+# attribute itself (JSON text of the payload).
+_PAYLOAD = """
+SELECT COALESCE(
+    (SELECT data FROM trace_payloads
+     WHERE trace_id = %(trace)s AND span_id = %(span)s AND kind = %(kind)s),
+    (SELECT (attributes ->> %(attribute)s)::jsonb FROM trace_spans
+     WHERE trace_id = %(trace)s AND span_id = %(span)s AND NOT attributes ? %(cut)s)
+) AS data
+"""
+
+
 async def load_payload(conn: Conn, run_id: str, span_id: str, kind: str) -> dict[str, Any] | None:
     """Return the full input or output of a span of the run, if it was kept."""
     cur = await conn.execute(
-        "SELECT data FROM trace_payloads WHERE trace_id = %s AND span_id = %s AND kind = %s",
-        (hex_trace_id(run_id), span_id, kind),
+        _PAYLOAD,
+        {
+            "trace": hex_trace_id(run_id),
+            "span": span_id,
+            "kind": kind,
+            "attribute": f"agentrt.{kind}",
+            "cut": f"agentrt.{kind}_truncated",
+        },
     )
     row = await cur.fetchone()
-    return None if row is None else {"spanId": span_id, "kind": kind, "data": row["data"]}
+    if row is None or row["data"] is None:
+        return None
+    return {"spanId": span_id, "kind": kind, "data": row["data"]}
 
 
 def render_tree(trace: dict[str, Any]) -> str:

@@ -118,12 +118,12 @@ async def client(
         yield c
 
 
-async def run_model(client: httpx.AsyncClient, model: str) -> dict[str, Any]:
+async def run_model(client: httpx.AsyncClient, model: str, content: str = "go") -> dict[str, Any]:
     conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
     run = (
         await client.post(
             f"/api/conversations/{conv}/messages",
-            json={"content": "go", "model": f"scripted:{model}"},
+            json={"content": content, "model": f"scripted:{model}"},
         )
     ).json()
     events = await read_sse(client, run["streamUrl"])
@@ -214,6 +214,20 @@ async def test_trace_has_the_expected_span_tree(
         assert exported[span["spanId"]].name == span["name"]
         assert f"{exported[span['spanId']].parent.span_id:016x}" == span["parentSpanId"]
     assert "model.call" in render_tree(trace)
+
+
+async def test_a_payload_cut_in_its_span_is_returned_whole(client: httpx.AsyncClient) -> None:
+    long = "lorem ipsum " * 500  # over the 4,000 characters a span attribute keeps
+    run = await run_model(client, "broken", content=long)
+    trace = (await client.get(f"/api/runs/{run['runId']}/trace")).json()
+    model = find(trace["root"], "model.call")[0]
+    assert model["attributes"]["agentrt.input_truncated"] is True
+    assert len(model["attributes"]["agentrt.input"]) < len(long)
+    url = f"/api/runs/{run['runId']}/trace/spans/{model['spanId']}"
+    full = (await client.get(f"{url}/input")).json()
+    assert full["data"][0][-1]["data"]["content"] == long
+    # An output never stored (the call failed) is a 404, not an empty payload.
+    assert (await client.get(f"{url}/output")).status_code == 404
 
 
 async def test_a_failed_runs_trace_names_the_failing_span(client: httpx.AsyncClient) -> None:
