@@ -183,7 +183,8 @@ class Worker:
     async def claim_one(self) -> bool:
         """Claim the next claimable run and start it; return False when there was none."""
         seen = self._queued_seen
-        async with self._pool.connection() as conn, conn.transaction():
+        # Pipelined: BEGIN and the claim lock go out with the claim statement.
+        async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
             claim, backlog = await claim_reporting_backlog(
                 conn, claim_params(self._settings, self.owner)
