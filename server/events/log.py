@@ -7,19 +7,23 @@ atomically (one statement, or one transaction when the row must be read first).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncCursor
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
+from server.events.carry import NOTIFY_LIMIT_SQL, carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
 from server.events.snapshot import (
@@ -67,8 +71,7 @@ class StoreHook:
 
 def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
     """Build the wire JSON of an event from its parts; `data_json` is already JSON text."""
-    stamp = ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    return f'{{"seq":{seq},"type":"{kind}","runId":"{run_id}","ts":"{stamp}","data":{data_json}}}'
+    return wire_event(run_id, seq, kind, stamp(ts), data_json)
 
 
 @dataclass
@@ -135,15 +138,24 @@ WHERE id = %(id)s AND last_event_seq = %(prev)s
 RETURNING id
 """
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders), store the events, notify listeners.
+# nobody else has (fencing and serialising appenders), store the events, notify listeners with
+# the batch itself as stored (server/events/carry.py), or a pointer if it would not fit.
 _APPEND = f"""
 WITH moved AS ({_MOVE}), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
     FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
         AS e(seq, type, data)
+    RETURNING seq, type, data::text AS data
+), carried AS (
+    SELECT %(carried)s || string_agg(seq || ' ' || type || ' ' || data, E'\\n' ORDER BY seq)
+        AS payload
+    FROM stored
 ), woken AS (
-    SELECT pg_notify(%(events_channel)s, %(payload)s) FROM moved
+    SELECT pg_notify(%(events_channel)s, CASE
+        WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
+        ELSE %(payload)s END)
+    FROM moved, carried
     UNION ALL
     SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
 )
@@ -216,12 +228,16 @@ async def _append(
     # Events that hooks write rows for take the transactional path below.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
-    if len(stored) <= _STATEMENT_MAX and not hooked:
-        cur = await conn.execute(_APPEND, params)
-        row = await cur.fetchone()
-        moved = row is not None and row["moved"] == 1
-    else:
-        moved = await _append_in_transaction(conn, params, stored, hooked)
+    if len(stored) > _STATEMENT_MAX:
+        moved = await _append_by_copy(conn, params, stored, hooked)
+    elif not hooked:
+        moved = await _append_statement(conn, params)
+    elif conn.info.transaction_status == TransactionStatus.IDLE:
+        moved = await _append_pipelined(conn, params, hooked)
+    else:  # in the caller's transaction, which a lost fence rolls back whole
+        moved = await _append_statement(conn, params)
+        if moved:
+            await _store_hooked(conn, params["id"], hooked)
     if not moved:
         raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
     return new, stored
@@ -285,18 +301,60 @@ def _params(
         "types": [str(e.type) for e in stored],
         "datas": [json.dumps(e.data) for e in stored],
         "events_channel": EVENTS_CHANNEL,
-        "payload": f"{head.run_id}:{new.seq}",
+        "payload": pointer(head.run_id, new.seq),
+        "carried": carried_head(head.run_id, new.seq, now),
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
 
 
-async def _append_in_transaction(
+async def _append_statement(conn: Conn, params: dict[str, Any]) -> bool:
+    cur = await conn.execute(_APPEND, params)
+    row = await cur.fetchone()
+    return row is not None and row["moved"] == 1
+
+
+async def _store_hooked(
+    conn: Conn, run_id: str, hooked: list[tuple[StoreHook, list[StoredEvent]]]
+) -> None:
+    async with conn.cursor() as cur:
+        for hook, found in hooked:
+            await hook.store(cur, run_id, found)
+
+
+async def _append_pipelined(
+    conn: Conn, params: dict[str, Any], hooked: list[tuple[StoreHook, list[StoredEvent]]]
+) -> bool:
+    """Append a small batch and its hooks' rows in one transaction, in two round trips.
+
+    BEGIN and the append's statement go out together; only if it moved the run's head do the
+    hooks' statements and COMMIT follow, together. psycopg's `transaction()` would add a round
+    trip of its own at each end, so BEGIN and COMMIT are sent as statements.
+    """
+    try:
+        async with conn.pipeline():
+            await conn.execute("BEGIN")
+            if not await _append_statement(conn, params):
+                await conn.execute("ROLLBACK")
+                return False
+            await _store_hooked(conn, params["id"], hooked)
+            await conn.execute("COMMIT")
+    except BaseException:
+        # A hook or statement failed before COMMIT: the open transaction must not outlive it.
+        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()
+        raise
+    return True
+
+
+async def _append_by_copy(
     conn: Conn,
     params: dict[str, Any],
     stored: list[StoredEvent],
     hooked: list[tuple[StoreHook, list[StoredEvent]]],
 ) -> bool:
+    # Followers read a burst back from the log: the pointer payload (docs/decisions/1960).
     async with conn.transaction(), conn.cursor() as cur:
         await cur.execute(_MOVE, params)
         if cur.rowcount != 1:

@@ -1,6 +1,7 @@
 """One LISTEN connection per process, fanned out to in-process waiters.
 
-Notifications only say "look again": readers always read the log itself, so a lost or
+Notifications say "look again"; a live feed may also take the batch one carries
+(server/events/carry.py), but only when it follows on from what the feed holds, so a lost or
 coalesced notification delays delivery at worst until the next one or the poll fallback.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from server.events.carry import run_of
 from server.events.channels import CHANNELS, EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ class Notifier:
         self._channels = tuple(channels)
         self._run_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._handlers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._connect_handlers: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -51,6 +54,10 @@ class Notifier:
     def on(self, channel: str, handler: Callable[[str], None]) -> None:
         """Call `handler(payload)` for every notification on `channel`."""
         self._handlers[channel].append(handler)
+
+    def on_connect(self, handler: Callable[[], None]) -> None:
+        """Call `handler()` every time the listener (re)connects: anything may have happened."""
+        self._connect_handlers.append(handler)
 
     @contextlib.contextmanager
     def watch_run(self, run_id: str) -> Any:
@@ -77,7 +84,7 @@ class Notifier:
 
     def _dispatch(self, channel: str, payload: str) -> None:
         if channel == EVENTS_CHANNEL:
-            run_id = payload.rsplit(":", 1)[0]
+            run_id = run_of(payload)
             for event in self._run_waiters.get(run_id, ()):
                 event.set()
         for handler in self._handlers.get(channel, ()):
@@ -92,6 +99,8 @@ class Notifier:
                 await conn.execute(f"LISTEN {channel}")
             self.connected.set()
             # Anything notified while we were away is unknown: everyone looks again.
+            for on_connect in self._connect_handlers:
+                on_connect()
             self._wake_all()
             for handler in self._handlers.get(RUNS_CHANNEL, ()):
                 handler("reconnected")
