@@ -52,6 +52,12 @@ def run_of(payload: str) -> str:
     return payload.partition("\n")[0].rpartition(":")[0]
 
 
+def last_seq(payload: str) -> int | None:
+    """Return the last seq a payload of the events channel announces (None if unreadable)."""
+    seq = payload.partition("\n")[0].rpartition(":")[2]
+    return int(seq) if seq.isdigit() else None
+
+
 @dataclass(frozen=True)
 class CarriedBatch:
     """The events a notification carries, as (seq, type, wire JSON), oldest first."""

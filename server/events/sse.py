@@ -288,7 +288,7 @@ async def _stream(
                 if terminal:
                     return
         with feeds.follow(run_id, cursor) as feed:
-            if wake.is_set():  # news during our last read, possibly before the feed existed
+            if wake.notified > cursor:  # heard of, maybe before the feed existed, and not read
                 feed.want_read()
             while stop is None or not stop.is_set():
                 held = feed.after(cursor)
