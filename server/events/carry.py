@@ -11,8 +11,8 @@ it"), or, when the batch fits in a notification, with the batch itself::
 one line per event, oldest first, where `<data>` is Postgres's own jsonb text of the stored
 row, as a replay reads it (`data::text`), so that a frame built from a carried line is
 byte-identical to the frame a replay builds. jsonb text never holds a raw line feed (control
-characters are escaped), so lines split on "\\n" only (not `str.splitlines`, which also
-splits on U+2028 and the like, which jsonb text keeps raw).
+characters are escaped), so lines split on line feeds only (not `str.splitlines`, which
+also splits on U+2028 and the like, which jsonb text keeps raw).
 """
 
 from __future__ import annotations

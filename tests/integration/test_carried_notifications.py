@@ -67,7 +67,7 @@ def heard(notifier: Notifier, run_id: str) -> Iterator[list[str]]:
 async def until(check: Any, what: str) -> None:
     """Wait until `check()` holds (generous deadline: a loaded two-core machine)."""
     async with asyncio.timeout(60):
-        while not check():
+        while not check():  # noqa: ASYNC110 (state of other tasks, with no event of its own)
             await asyncio.sleep(0.01)
 
 
