@@ -7,23 +7,19 @@ atomically (one statement, or one transaction when the row must be read first).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-from psycopg import AsyncCursor
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
-from server.events.carry import NOTIFY_LIMIT_SQL, carried_head, pointer, stamp, wire_event
+from server.events.carry import carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
 from server.events.snapshot import (
@@ -33,6 +29,9 @@ from server.events.snapshot import (
     copy_snapshot,
     empty_snapshot,
 )
+from server.events.store import StoredEvent, StoreHook, store_batch
+
+__all__ = ["StoreHook", "StoredEvent"]  # where the rest of the server finds them
 
 # What may follow a run's final event: memory extraction's report and its model usage.
 AFTER_END_EVENTS = frozenset({EventType.MEMORY_UPDATED, EventType.USAGE})
@@ -44,29 +43,6 @@ class NewEvent:
 
     type: EventType
     data: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class StoredEvent:
-    """An event as it is in the log and on the wire."""
-
-    run_id: str
-    seq: int
-    type: EventType
-    ts: datetime
-    data: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class StoreHook:
-    """Rows kept beside the log: written with the events of `types`, in their transaction.
-
-    The log knows nothing of those rows; the appender (a worker storing `usage` events, whose
-    model-call rows the usage ledger writes) hands the hook in.
-    """
-
-    types: frozenset[EventType]
-    store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
 
 
 def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
@@ -120,50 +96,7 @@ def new_head(run_id: str) -> RunHead:
     return RunHead(run_id, 0, "queued", 0, empty_snapshot(run_id), 0)
 
 
-_MOVE = """
-UPDATE runs SET
-    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
-    updated_at = now(),
-    started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
-    finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
-    error_type = COALESCE(%(error_type)s, error_type),
-    error_message = COALESCE(%(error_message)s, error_message),
-    error_details = COALESCE(%(error_details)s, error_details),
-    usage = COALESCE(%(usage)s, usage),
-    lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
-    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
-    deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
-WHERE id = %(id)s AND last_event_seq = %(prev)s
-  AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
-RETURNING id
-"""
-# A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders), store the events, notify listeners with
-# the batch itself as stored (server/events/carry.py), or a pointer if it would not fit.
-_APPEND = f"""
-WITH moved AS ({_MOVE}), stored AS (
-    INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
-    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
-    FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
-        AS e(seq, type, data)
-    RETURNING seq, type, data::text AS data
-), carried AS (
-    SELECT %(carried)s || string_agg(seq || ' ' || type || ' ' || data, E'\\n' ORDER BY seq)
-        AS payload
-    FROM stored
-), woken AS (
-    SELECT pg_notify(%(events_channel)s, CASE
-        WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
-        ELSE %(payload)s END)
-    FROM moved, carried
-    UNION ALL
-    SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
-)
-SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
-"""
 _RUN_STARTED = EventType.RUN_STARTED  # looked up once: the fold runs for every event
-# Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
-_STATEMENT_MAX = 64
 
 
 async def append_events(
@@ -225,20 +158,10 @@ async def _append(
     now = datetime.now(UTC)
     new, stored = _fold(head, events, now)
     params = _params(head, new, stored, generation, now)
-    # Events that hooks write rows for take the transactional path below.
+    # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
-    if len(stored) > _STATEMENT_MAX:
-        moved = await _append_by_copy(conn, params, stored, hooked)
-    elif not hooked:
-        moved = await _append_statement(conn, params)
-    elif conn.info.transaction_status == TransactionStatus.IDLE:
-        moved = await _append_pipelined(conn, params, hooked)
-    else:  # in the caller's transaction, which a lost fence rolls back whole
-        moved = await _append_statement(conn, params)
-        if moved:
-            await _store_hooked(conn, params["id"], hooked)
-    if not moved:
+    if not await store_batch(conn, params, stored, hooked):
         raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
     return new, stored
 
@@ -273,7 +196,7 @@ def _closing_plan(snapshot: Snapshot, event: NewEvent) -> list[NewEvent]:
 def _params(
     head: RunHead, new: RunHead, stored: list[StoredEvent], generation: int | None, now: datetime
 ) -> dict[str, Any]:
-    """Return the parameters of the append's statements (`_MOVE`, `_APPEND`)."""
+    """Return the parameters of the append's statements (server/events/store.py)."""
     status = new.status
     after_end = is_terminal(head.status)
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
@@ -306,74 +229,6 @@ def _params(
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
-
-
-async def _append_statement(conn: Conn, params: dict[str, Any]) -> bool:
-    cur = await conn.execute(_APPEND, params)
-    row = await cur.fetchone()
-    return row is not None and row["moved"] == 1
-
-
-async def _store_hooked(
-    conn: Conn, run_id: str, hooked: list[tuple[StoreHook, list[StoredEvent]]]
-) -> None:
-    async with conn.cursor() as cur:
-        for hook, found in hooked:
-            await hook.store(cur, run_id, found)
-
-
-async def _append_pipelined(
-    conn: Conn, params: dict[str, Any], hooked: list[tuple[StoreHook, list[StoredEvent]]]
-) -> bool:
-    """Append a small batch and its hooks' rows in one transaction, in two round trips.
-
-    BEGIN and the append's statement go out together; only if it moved the run's head do the
-    hooks' statements and COMMIT follow, together. psycopg's `transaction()` would add a round
-    trip of its own at each end, so BEGIN and COMMIT are sent as statements.
-    """
-    try:
-        async with conn.pipeline():
-            await conn.execute("BEGIN")
-            if not await _append_statement(conn, params):
-                await conn.execute("ROLLBACK")
-                return False
-            await _store_hooked(conn, params["id"], hooked)
-            await conn.execute("COMMIT")
-    except BaseException:
-        # A hook or statement failed before COMMIT: the open transaction must not outlive it.
-        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-            with contextlib.suppress(psycopg.Error):
-                await conn.rollback()
-        raise
-    return True
-
-
-async def _append_by_copy(
-    conn: Conn,
-    params: dict[str, Any],
-    stored: list[StoredEvent],
-    hooked: list[tuple[StoreHook, list[StoredEvent]]],
-) -> bool:
-    # Followers read a burst back from the log: the pointer payload (docs/decisions/1960).
-    async with conn.transaction(), conn.cursor() as cur:
-        await cur.execute(_MOVE, params)
-        if cur.rowcount != 1:
-            return False
-        # The conditional update above both fences and serialises appenders, so the seq values
-        # below are ours alone.
-        async with cur.copy(
-            "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
-        ) as copy:
-            for ev, data in zip(stored, params["datas"], strict=True):
-                await copy.write_row(
-                    (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
-                )
-        for hook, found in hooked:
-            await hook.store(cur, params["id"], found)
-        await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
-        if params["queued"]:
-            await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
-    return True
 
 
 def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
