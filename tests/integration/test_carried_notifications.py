@@ -313,3 +313,34 @@ async def test_an_append_that_locks_the_run_stores_hook_rows_in_its_transaction(
     assert await ledger_rows(pool, run_id) == [
         {"id": "mc_locked", "event_seq": head.seq, "total_tokens": 7}
     ]
+
+
+async def test_a_batch_notified_while_the_listener_was_away_is_read_from_the_log(
+    pool: Pool, database_url: str
+) -> None:
+    listener = Notifier(database_url)
+    await listener.start()
+    try:
+        run_id, generation, head = await started(pool)
+        tail, feeds = await following(pool, listener, run_id, head.seq)
+        async with pool.connection() as conn:
+            # Cut every LISTEN connection of this database; ours notices and reconnects.
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+            )
+            await until(lambda: not listener.connected.is_set(), "the listener is away")
+            head, _ = await append_events(
+                conn,
+                run_id,
+                [NewEvent(EventType.RUN_COMPLETED, {})],
+                generation=generation,
+                head=head,
+            )
+            # Committed, so notified, while nobody listened (the reconnection waits 0.1 s first).
+            assert not listener.connected.is_set()
+        await asyncio.wait_for(tail.task, 60)
+    finally:
+        await listener.stop()
+    assert f"id: {head.seq}\nevent: run.completed\n" in tail.text
+    assert (feeds.reads, feeds.carried) == (1, 0)
