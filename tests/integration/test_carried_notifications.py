@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
@@ -22,7 +23,7 @@ from server.db.pool import Pool
 from server.errors import LeaseLostError
 from server.events.carry import carried, run_of, stamp
 from server.events.channels import EVENTS_CHANNEL
-from server.events.log import NewEvent, RunHead, append_events, load_head
+from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
 from server.events.notify import Notifier
 from server.events.sse import Feeds, event_stream
 from server.usage.ledger import MODEL_CALLS
@@ -344,3 +345,36 @@ async def test_a_batch_notified_while_the_listener_was_away_is_read_from_the_log
         await listener.stop()
     assert f"id: {head.seq}\nevent: run.completed\n" in tail.text
     assert (feeds.reads, feeds.carried) == (1, 0)
+
+
+async def test_a_hook_whose_statement_fails_stores_nothing_and_leaves_the_connection_clean(
+    pool: Pool,
+) -> None:
+    run_id, generation, head = await started(pool)
+
+    async def bad_sql(cur: Any, run: str, events: Any) -> None:
+        await cur.execute("INSERT INTO model_calls (id) VALUES (NULL)")  # violates NOT NULL
+
+    broken = StoreHook(frozenset({EventType.USAGE}), bad_sql)
+    async with pool.connection() as conn:
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            await append_events(
+                conn,
+                run_id,
+                [usage_event("mc_bad")],
+                generation=generation,
+                head=head,
+                hooks=[broken],
+            )
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        assert (await load_head(conn, run_id, lock=False)).seq == head.seq
+        # The same head still appends: nothing of the failed batch was kept.
+        head, _ = await append_events(
+            conn,
+            run_id,
+            [usage_event("mc_good")],
+            generation=generation,
+            head=head,
+            hooks=[MODEL_CALLS],
+        )
+    assert [r["id"] for r in await ledger_rows(pool, run_id)] == ["mc_good"]
