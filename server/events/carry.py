@@ -17,6 +17,7 @@ also splits on U+2028 and the like, which jsonb text keeps raw).
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -95,3 +96,56 @@ def carried(payload: str) -> CarriedBatch | None:
     if events[-1][0] != int(last) or events[-1][0] - events[0][0] != len(events) - 1:
         return None
     return CarriedBatch(run_id, events)
+
+
+class RecentBatches:
+    """The latest payloads of the events channel, per run, for streams that start afresh.
+
+    A run's entry holds every notification heard for it since the entry began, in arrival
+    (= commit) order; entries are dropped whole (least recently notified first), and all of
+    them when the listener reconnects, since notifications may have been lost meanwhile. So
+    the carried batches after an entry's last pointer or gap hold every event committed after
+    their start whose notification has arrived; the rest will reach a feed registered now.
+
+    Args:
+        runs: The most runs remembered.
+        size: The most payload characters remembered per run (oldest dropped first).
+    """
+
+    def __init__(self, runs: int = 256, size: int = 32_768) -> None:
+        self._runs = runs
+        self._size = size
+        self._entries: OrderedDict[str, tuple[deque[str], int]] = OrderedDict()
+
+    def add(self, run_id: str, payload: str) -> None:
+        """Remember a payload of the run's (called for each, in arrival order)."""
+        payloads, size = self._entries.pop(run_id, (deque[str](), 0))
+        payloads.append(payload)
+        size += len(payload)
+        while size > self._size and len(payloads) > 1:
+            size -= len(payloads.popleft())
+        self._entries[run_id] = (payloads, size)
+        if len(self._entries) > self._runs:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (the listener reconnected: notifications may have been lost)."""
+        self._entries.clear()
+
+    def after(self, run_id: str, cursor: int) -> list[tuple[int, str, str]] | None:
+        """Return the run's events after `cursor` if the remembered batches hold all of them.
+
+        None when they may not: nothing remembered, a pointer or a gap after `cursor`, or
+        remembered batches that start after `cursor + 1`, or none after `cursor`.
+        """
+        entry = self._entries.get(run_id)
+        events: list[tuple[int, str, str]] = []
+        for payload in entry[0] if entry else ():
+            batch = carried(payload)
+            if batch is None or (events and batch.first != events[-1][0] + 1):
+                events = []  # the log holds what came before: only what follows counts
+            if batch is not None:
+                events.extend(batch.events)
+        if not events or events[0][0] > cursor + 1 or events[-1][0] <= cursor:
+            return None
+        return [e for e in events if e[0] > cursor]

@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 from graphs.events import TERMINAL_EVENTS
 from server.db.pool import Pool
 from server.domain import is_terminal
-from server.events.carry import carried, run_of
+from server.events.carry import RecentBatches, carried, run_of
 from server.events.channels import EVENTS_CHANNEL
 from server.events.log import read_events
 from server.events.notify import Notifier
@@ -54,7 +54,9 @@ class RunFeed:
     a stream woken by a commit never settles for a read that may predate that commit.
     """
 
-    def __init__(self, pool: Pool, run_id: str, seq: int, keep: int) -> None:
+    def __init__(
+        self, pool: Pool, run_id: str, seq: int, keep: int, seed: list[Row] | None = None
+    ) -> None:
         self._pool = pool
         self.reads = 0  # reads of the log that returned frames
         self.run_id = run_id
@@ -63,6 +65,7 @@ class RunFeed:
         self.finished = False
         self._frames: list[Row] = []
         self._keep = keep
+        self._extend(seed or [])
         self._started = 0  # reads started so far
         self._done = 0  # the number of the last read finished (one read at a time)
         self.demand = -1  # news the feed holds no frames for: a read numbered above is owed
@@ -141,7 +144,8 @@ class Feeds:
 
     With a `notifier`, the feeds take the batches its notifications carry; without one, every
     live batch is read from the log. `reads` counts the feeds' reads of the log that returned
-    frames, `carried` the batches taken from notifications.
+    frames, `carried` the batches taken from notifications, `stream_reads` the reads streams
+    made on their own (replay, or behind what their feed holds).
     """
 
     def __init__(self, pool: Pool, keep: int = 10_000, notifier: Notifier | None = None) -> None:
@@ -150,12 +154,16 @@ class Feeds:
         self._feeds: dict[str, RunFeed] = {}
         self._ended_reads = 0
         self.carried = 0
+        self.stream_reads = 0
+        self._recent = RecentBatches()
         if notifier is not None:
             notifier.on(EVENTS_CHANNEL, self._notified)
             notifier.on_connect(self._reconnected)
 
     def _notified(self, payload: str) -> None:
-        feed = self._feeds.get(run_of(payload))
+        run_id = run_of(payload)
+        self._recent.add(run_id, payload)
+        feed = self._feeds.get(run_id)
         if feed is None:
             return
         batch = carried(payload)
@@ -177,15 +185,29 @@ class Feeds:
 
     def _reconnected(self) -> None:
         # What was notified while the listener was away is unknown: every feed reads the log.
+        self._recent.clear()
         for feed in self._feeds.values():
             feed.want_read()
 
+    def recent(self, run_id: str, cursor: int) -> list[Row] | None:
+        """Frames after `cursor` if the run has no feed and its latest notifications hold all.
+
+        A stream that starts with them must start following the run before it next awaits,
+        so that no notification falls between the two (`RecentBatches`).
+        """
+        if run_id in self._feeds:
+            return None
+        events = self._recent.after(run_id, cursor)
+        if events is None:
+            return None
+        return [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in events]
+
     @contextlib.contextmanager
-    def follow(self, run_id: str, cursor: int) -> Iterator[RunFeed]:
-        """Join (or start at `cursor`) the run's feed for as long as the stream lives."""
+    def follow(self, run_id: str, cursor: int, seed: list[Row] | None = None) -> Iterator[RunFeed]:
+        """Join (or start at `cursor`, holding `seed`) the run's feed while the stream lives."""
         feed = self._feeds.get(run_id)
         if feed is None:
-            feed = self._feeds[run_id] = RunFeed(self._pool, run_id, cursor, self._keep)
+            feed = self._feeds[run_id] = RunFeed(self._pool, run_id, cursor, self._keep, seed)
         feed.streams += 1
         try:
             yield feed
@@ -274,10 +296,13 @@ async def _stream(
     stop: asyncio.Event | None,
 ) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
+        # The run's latest notifications may hold all we need (a run just posted): no read.
+        recent = feeds.recent(run_id, cursor)
         # Replay on our own until caught up, so that a long replay never holds up live streams.
-        caught_up = False
+        caught_up = recent is not None
         while not caught_up:
             wake.clear()  # before reading, so a notification during the read is not lost
+            feeds.stream_reads += 1
             rows, finished = await _read(pool, run_id, cursor, page)
             caught_up = len(rows) < page
             if finished:
@@ -287,12 +312,13 @@ async def _stream(
                 yield text
                 if terminal:
                     return
-        with feeds.follow(run_id, cursor) as feed:
+        with feeds.follow(run_id, cursor, recent) as feed:
             if wake.notified > cursor:  # heard of, maybe before the feed existed, and not read
                 feed.want_read()
             while stop is None or not stop.is_set():
                 held = feed.after(cursor)
                 if held is None:  # fell behind what the feed holds: read the log ourselves
+                    feeds.stream_reads += 1
                     held, finished = await _read(pool, run_id, cursor, page)
                     if finished:
                         return

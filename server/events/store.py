@@ -140,23 +140,26 @@ async def _append_pipelined(
 
     BEGIN and the append's statement go out together; only if it moved the run's head do the
     hooks' statements and COMMIT follow, together. psycopg's `transaction()` would add a round
-    trip of its own at each end, so BEGIN and COMMIT are sent as statements.
+    trip of its own at each end, so BEGIN and COMMIT are sent as statements. A rollback goes
+    through `conn.rollback()`: a ROLLBACK statement in a pipeline leaves psycopg's cache of
+    prepared statements out of step with the server's ("prepared statement does not exist").
     """
     try:
         async with conn.pipeline():
-            await conn.execute("BEGIN")
-            if not await _append_statement(conn, params):
-                await conn.execute("ROLLBACK")
-                return False
-            await _store_hooked(conn, params["id"], hooked)
-            await conn.execute("COMMIT")
+            await conn.execute("BEGIN", prepare=False)
+            moved = await _append_statement(conn, params)
+            if moved:
+                await _store_hooked(conn, params["id"], hooked)
+                await conn.execute("COMMIT", prepare=False)
+        if not moved:
+            await conn.rollback()
     except BaseException:
         # A hook or statement failed before COMMIT: the open transaction must not outlive it.
         if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             with contextlib.suppress(psycopg.Error):
                 await conn.rollback()
         raise
-    return True
+    return moved
 
 
 async def _append_by_copy(

@@ -21,7 +21,7 @@ from psycopg.pq import TransactionStatus
 from graphs.events import EventType
 from server.db.pool import Pool
 from server.errors import LeaseLostError
-from server.events.carry import carried, run_of, stamp
+from server.events.carry import carried, last_seq, run_of, stamp
 from server.events.channels import EVENTS_CHANNEL
 from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
 from server.events.notify import Notifier
@@ -58,10 +58,18 @@ async def notifier(database_url: str) -> AsyncIterator[Notifier]:
 
 
 @contextlib.contextmanager
-def heard(notifier: Notifier, run_id: str) -> Iterator[list[str]]:
-    """Collect the run's payloads on the events channel."""
+def heard(notifier: Notifier, run_id: str, after: int) -> Iterator[list[str]]:
+    """Collect the run's payloads on the events channel that announce seq values after `after`.
+
+    Earlier ones (such as the claim's `run.started`) may still be on their way.
+    """
     payloads: list[str] = []
-    notifier.on(EVENTS_CHANNEL, lambda p: payloads.append(p) if run_of(p) == run_id else None)
+
+    def collect(payload: str) -> None:
+        if run_of(payload) == run_id and (last_seq(payload) or 0) > after:
+            payloads.append(payload)
+
+    notifier.on(EVENTS_CHANNEL, collect)
     yield payloads
 
 
@@ -126,7 +134,7 @@ async def test_live_frames_carried_by_notifications_equal_a_replay_byte_for_byte
         [usage_event("mc_carried")],  # a hooked batch: the pipelined transaction
         [NewEvent(EventType.RUN_COMPLETED, {})],
     ]
-    with heard(notifier, run_id) as payloads:
+    with heard(notifier, run_id, start) as payloads:
         for batch in batches:
             async with pool.connection() as conn:
                 head, _ = await append_events(
@@ -156,7 +164,7 @@ async def test_a_batch_too_big_for_a_notification_is_stored_and_read_from_the_lo
     run_id, generation, head = await started(pool)
     tail, feeds = await following(pool, notifier, run_id, head.seq)
     first = head.seq
-    with heard(notifier, run_id) as payloads:
+    with heard(notifier, run_id, first) as payloads:
         # Postgres refuses payloads of 8000 bytes or more (by default): the cut is below.
         for size in (7999, 8000, 100_000):
             event = _note_of_payload_size(run_id, head.seq + 1, size)
@@ -196,7 +204,7 @@ async def test_a_feed_reads_the_log_when_a_carried_batch_does_not_follow_on(
 ) -> None:
     run_id, generation, head = await started(pool)
     behind = head.seq
-    with heard(notifier, run_id) as payloads:
+    with heard(notifier, run_id, behind) as payloads:
         async with pool.connection() as conn:
             # Committed and heard before the feed exists: it never sees them.
             head, _ = await append_events(
@@ -241,7 +249,7 @@ async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
     pool: Pool, notifier: Notifier
 ) -> None:
     run_id, old, stale = await started(pool)
-    with heard(notifier, run_id) as payloads:
+    with heard(notifier, run_id, stale.seq) as payloads:
         async with pool.connection() as conn:
             # Someone else appends: the head we hold is stale.
             head, _ = await append_events(
@@ -257,6 +265,8 @@ async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
                     hooks=[MODEL_CALLS],
                 )
             assert conn.info.transaction_status == TransactionStatus.IDLE
+            for _ in range(3):  # the connection's prepared statements are still in order
+                assert (await load_head(conn, run_id, lock=False)).seq == head.seq
         new = await claim(pool, run_id)  # another worker takes the lease over
         async with pool.connection() as conn:
             head = await load_head(conn, run_id, lock=False)
@@ -286,7 +296,7 @@ async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
     stored = await replay_kinds(pool, run_id)
     assert stored.count("usage") == 1 and stored[-1] == "usage"
     assert sum("mc_stale" in p for p in payloads) == 0
-    assert [int(p.partition("\n")[0].rpartition(":")[2]) for p in payloads] == [
+    assert [last_seq(p) for p in payloads] == [
         stale.seq + 1,
         head.seq - 1,
         head.seq,
@@ -317,29 +327,36 @@ async def test_an_append_that_locks_the_run_stores_hook_rows_in_its_transaction(
 
 
 async def test_a_batch_notified_while_the_listener_was_away_is_read_from_the_log(
-    pool: Pool, database_url: str
+    pool: Pool, database_url: str, pg_admin_url: str
 ) -> None:
     listener = Notifier(database_url)
     await listener.start()
     try:
         run_id, generation, head = await started(pool)
         tail, feeds = await following(pool, listener, run_id, head.seq)
-        async with pool.connection() as conn:
-            # Cut every LISTEN connection of this database; ours notices and reconnects.
-            await conn.execute(
-                "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
-            )
-            await until(lambda: not listener.connected.is_set(), "the listener is away")
-            head, _ = await append_events(
-                conn,
-                run_id,
-                [NewEvent(EventType.RUN_COMPLETED, {})],
-                generation=generation,
-                head=head,
-            )
-            # Committed, so notified, while nobody listened (the reconnection waits 0.1 s first).
-            assert not listener.connected.is_set()
+        async with (
+            pool.connection() as conn,
+            await psycopg.AsyncConnection.connect(pg_admin_url, autocommit=True) as admin,
+        ):
+            # Keep the listener away (no new connection to this database), then cut it off.
+            name = (await (await conn.execute("SELECT current_database() AS n")).fetchone())["n"]
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            try:
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+                )
+                await until(lambda: not listener.connected.is_set(), "the listener is away")
+                head, _ = await append_events(
+                    conn,
+                    run_id,
+                    [NewEvent(EventType.RUN_COMPLETED, {})],
+                    generation=generation,
+                    head=head,
+                )  # committed, so notified, while nobody listened
+                assert not listener.connected.is_set()
+            finally:
+                await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         await asyncio.wait_for(tail.task, 60)
     finally:
         await listener.stop()
@@ -378,3 +395,26 @@ async def test_a_hook_whose_statement_fails_stores_nothing_and_leaves_the_connec
             hooks=[MODEL_CALLS],
         )
     assert [r["id"] for r in await ledger_rows(pool, run_id)] == ["mc_good"]
+
+
+async def test_a_stream_of_a_run_just_created_starts_from_its_notification_without_a_read(
+    pool: Pool, notifier: Notifier
+) -> None:
+    feeds = Feeds(pool, notifier=notifier)  # listening before the run exists, as an API's
+    runs: list[str] = []
+    notifier.on(EVENTS_CHANNEL, lambda p: runs.append(run_of(p)))
+    run_id = await new_run(pool)
+    await until(lambda: run_id in runs, "the notification of run.created")
+    tail = Tail(pool, notifier, feeds, run_id, 0)
+    await tail.until(1)
+    generation = await claim(pool, run_id)
+    async with pool.connection() as conn:
+        head = await load_head(conn, run_id, lock=False)
+        await append_events(
+            conn, run_id, [NewEvent(EventType.RUN_COMPLETED, {})], generation=generation, head=head
+        )
+    await asyncio.wait_for(tail.task, 60)
+
+    assert tail.text.startswith("id: 1\nevent: run.created\n")
+    assert tail.text == await replay(pool, notifier, run_id, 0)
+    assert (feeds.stream_reads, feeds.reads, feeds.carried) == (0, 0, 2)
