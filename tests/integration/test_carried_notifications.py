@@ -48,9 +48,9 @@ TRICKY: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def notifier(database_url: str) -> AsyncIterator[Notifier]:
-    """A listener on every channel, as a process serving streams has."""
+    """A listener on every channel, as a process serving streams has (one per test)."""
     listener = Notifier(database_url)
     await listener.start()
     yield listener
