@@ -116,7 +116,7 @@ def create_app(
             app.state.runtime = runtime
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
             app.state.worker, app.state.graph = runtime.worker, runtime.graph
-            app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep)
+            app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep, runtime.notifier)
             yield
 
     app = FastAPI(

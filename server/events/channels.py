@@ -1,11 +1,13 @@
 """The NOTIFY channels of agentrt and what their payloads say.
 
-A notification only means "look again": listeners always read the tables themselves.
+A notification means "look again": listeners read the tables themselves, except that a live
+feed takes a small batch carried by the events channel when it follows on from what it holds.
 """
 
 from __future__ import annotations
 
-EVENTS_CHANNEL = "agentrt_events"  # payload: "<run id>:<last seq>"; a run's log grew
+# payload: "<run id>:<last seq>", then maybe the batch (server/events/carry.py); a log grew
+EVENTS_CHANNEL = "agentrt_events"
 RUNS_CHANNEL = "agentrt_runs"  # payload: "queued": there is work to claim
 CANCEL_CHANNEL = "agentrt_cancel"  # payload: run id; its worker cancels it
 PAUSE_CHANNEL = "agentrt_pause"  # payload: run id; its worker pauses it

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
+from server.events.carry import carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
 from server.events.snapshot import (
@@ -29,6 +29,9 @@ from server.events.snapshot import (
     copy_snapshot,
     empty_snapshot,
 )
+from server.events.store import StoredEvent, StoreHook, store_batch
+
+__all__ = ["StoreHook", "StoredEvent"]  # where the rest of the server finds them
 
 # What may follow a run's final event: memory extraction's report and its model usage.
 AFTER_END_EVENTS = frozenset({EventType.MEMORY_UPDATED, EventType.USAGE})
@@ -42,33 +45,9 @@ class NewEvent:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class StoredEvent:
-    """An event as it is in the log and on the wire."""
-
-    run_id: str
-    seq: int
-    type: EventType
-    ts: datetime
-    data: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class StoreHook:
-    """Rows kept beside the log: written with the events of `types`, in their transaction.
-
-    The log knows nothing of those rows; the appender (a worker storing `usage` events, whose
-    model-call rows the usage ledger writes) hands the hook in.
-    """
-
-    types: frozenset[EventType]
-    store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
-
-
 def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str) -> str:
     """Build the wire JSON of an event from its parts; `data_json` is already JSON text."""
-    stamp = ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    return f'{{"seq":{seq},"type":"{kind}","runId":"{run_id}","ts":"{stamp}","data":{data_json}}}'
+    return wire_event(run_id, seq, kind, stamp(ts), data_json)
 
 
 @dataclass
@@ -117,41 +96,7 @@ def new_head(run_id: str) -> RunHead:
     return RunHead(run_id, 0, "queued", 0, empty_snapshot(run_id), 0)
 
 
-_MOVE = """
-UPDATE runs SET
-    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
-    updated_at = now(),
-    started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
-    finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
-    error_type = COALESCE(%(error_type)s, error_type),
-    error_message = COALESCE(%(error_message)s, error_message),
-    error_details = COALESCE(%(error_details)s, error_details),
-    usage = COALESCE(%(usage)s, usage),
-    lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
-    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
-    deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
-WHERE id = %(id)s AND last_event_seq = %(prev)s
-  AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
-RETURNING id
-"""
-# A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders), store the events, notify listeners.
-_APPEND = f"""
-WITH moved AS ({_MOVE}), stored AS (
-    INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
-    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
-    FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
-        AS e(seq, type, data)
-), woken AS (
-    SELECT pg_notify(%(events_channel)s, %(payload)s) FROM moved
-    UNION ALL
-    SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
-)
-SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
-"""
 _RUN_STARTED = EventType.RUN_STARTED  # looked up once: the fold runs for every event
-# Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
-_STATEMENT_MAX = 64
 
 
 async def append_events(
@@ -213,16 +158,10 @@ async def _append(
     now = datetime.now(UTC)
     new, stored = _fold(head, events, now)
     params = _params(head, new, stored, generation, now)
-    # Events that hooks write rows for take the transactional path below.
+    # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
-    if len(stored) <= _STATEMENT_MAX and not hooked:
-        cur = await conn.execute(_APPEND, params)
-        row = await cur.fetchone()
-        moved = row is not None and row["moved"] == 1
-    else:
-        moved = await _append_in_transaction(conn, params, stored, hooked)
-    if not moved:
+    if not await store_batch(conn, params, stored, hooked):
         raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
     return new, stored
 
@@ -257,7 +196,7 @@ def _closing_plan(snapshot: Snapshot, event: NewEvent) -> list[NewEvent]:
 def _params(
     head: RunHead, new: RunHead, stored: list[StoredEvent], generation: int | None, now: datetime
 ) -> dict[str, Any]:
-    """Return the parameters of the append's statements (`_MOVE`, `_APPEND`)."""
+    """Return the parameters of the append's statements (server/events/store.py)."""
     status = new.status
     after_end = is_terminal(head.status)
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
@@ -285,37 +224,11 @@ def _params(
         "types": [str(e.type) for e in stored],
         "datas": [json.dumps(e.data) for e in stored],
         "events_channel": EVENTS_CHANNEL,
-        "payload": f"{head.run_id}:{new.seq}",
+        "payload": pointer(head.run_id, new.seq),
+        "carried": carried_head(head.run_id, new.seq, now),
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
-
-
-async def _append_in_transaction(
-    conn: Conn,
-    params: dict[str, Any],
-    stored: list[StoredEvent],
-    hooked: list[tuple[StoreHook, list[StoredEvent]]],
-) -> bool:
-    async with conn.transaction(), conn.cursor() as cur:
-        await cur.execute(_MOVE, params)
-        if cur.rowcount != 1:
-            return False
-        # The conditional update above both fences and serialises appenders, so the seq values
-        # below are ours alone.
-        async with cur.copy(
-            "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
-        ) as copy:
-            for ev, data in zip(stored, params["datas"], strict=True):
-                await copy.write_row(
-                    (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
-                )
-        for hook, found in hooked:
-            await hook.store(cur, params["id"], found)
-        await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
-        if params["queued"]:
-            await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
-    return True
 
 
 def error_details(data: Mapping[str, Any]) -> dict[str, Any]:

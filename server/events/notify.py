@@ -1,6 +1,7 @@
 """One LISTEN connection per process, fanned out to in-process waiters.
 
-Notifications only say "look again": readers always read the log itself, so a lost or
+Notifications say "look again"; a live feed may also take the batch one carries
+(server/events/carry.py), but only when it follows on from what the feed holds, so a lost or
 coalesced notification delays delivery at worst until the next one or the poll fallback.
 """
 
@@ -15,9 +16,23 @@ from typing import Any
 
 import psycopg
 
+from server.events.carry import last_seq, run_of
 from server.events.channels import CHANNELS, EVENTS_CHANNEL, RUNS_CHANNEL
 
 log = logging.getLogger(__name__)
+UNKNOWN_SEQ = 2**63 - 1  # after a reconnection: anything may have been appended
+
+
+class RunWake(asyncio.Event):
+    """Set whenever the run's log may have grown; `notified` is the highest seq heard of.
+
+    `notified` counts from the start of the watch and is never reset, so a reader that
+    cleared the event before reading up to seq N knows whether what woke it since is news.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
 
 
 class Notifier:
@@ -32,8 +47,9 @@ class Notifier:
     def __init__(self, url: str, channels: Sequence[str] = CHANNELS) -> None:
         self._url = url
         self._channels = tuple(channels)
-        self._run_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._run_waiters: dict[str, set[RunWake]] = defaultdict(set)
         self._handlers: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._connect_handlers: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -52,10 +68,14 @@ class Notifier:
         """Call `handler(payload)` for every notification on `channel`."""
         self._handlers[channel].append(handler)
 
+    def on_connect(self, handler: Callable[[], None]) -> None:
+        """Call `handler()` every time the listener (re)connects: anything may have happened."""
+        self._connect_handlers.append(handler)
+
     @contextlib.contextmanager
     def watch_run(self, run_id: str) -> Any:
-        """Yield an `asyncio.Event` set whenever the run's log may have grown."""
-        event = asyncio.Event()
+        """Yield a `RunWake`, an `asyncio.Event` set whenever the run's log may have grown."""
+        event = RunWake()
         self._run_waiters[run_id].add(event)
         try:
             yield event
@@ -73,12 +93,14 @@ class Notifier:
     def _wake_all(self) -> None:
         for waiters in self._run_waiters.values():
             for event in waiters:
+                event.notified = UNKNOWN_SEQ
                 event.set()
 
     def _dispatch(self, channel: str, payload: str) -> None:
         if channel == EVENTS_CHANNEL:
-            run_id = payload.rsplit(":", 1)[0]
+            run_id, seq = run_of(payload), last_seq(payload)
             for event in self._run_waiters.get(run_id, ()):
+                event.notified = max(event.notified, UNKNOWN_SEQ if seq is None else seq)
                 event.set()
         for handler in self._handlers.get(channel, ()):
             try:
@@ -92,6 +114,8 @@ class Notifier:
                 await conn.execute(f"LISTEN {channel}")
             self.connected.set()
             # Anything notified while we were away is unknown: everyone looks again.
+            for on_connect in self._connect_handlers:
+                on_connect()
             self._wake_all()
             for handler in self._handlers.get(RUNS_CHANNEL, ()):
                 handler("reconnected")

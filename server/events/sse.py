@@ -2,8 +2,10 @@
 
 It only reads the event log; closing a stream never touches the run. A stream replays from
 the log on its own until it has caught up; from then on it follows the run's `RunFeed`,
-which reads each new batch of the log once for every stream of the run in this process
-(docs/decisions/0602-shared-live-feed.md).
+which holds each new batch once for every stream of the run in this process
+(docs/decisions/0602-shared-live-feed.md): the batch the append's notification carries when
+it follows on from what the feed holds, otherwise a read of the log
+(docs/decisions/1960-notifications-carry-small-batches.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from prometheus_client import Gauge
 from graphs.events import TERMINAL_EVENTS
 from server.db.pool import Pool
 from server.domain import is_terminal
+from server.events.carry import RecentBatches, carried, run_of
+from server.events.channels import EVENTS_CHANNEL
 from server.events.log import read_events
 from server.events.notify import Notifier
 
@@ -41,30 +45,33 @@ async def _read(pool: Pool, run_id: str, after: int, page: int) -> tuple[list[Ro
 
 
 class RunFeed:
-    """The live tail of one run's log, read once per batch for all of its streams here.
+    """The live tail of one run's log, held once per batch for all of its streams here.
 
-    Keeps the last `keep` frames. A read is shared by every stream that asks while it is in
-    flight, but only by those that cleared their wake-up before it started: a stream woken
-    by a commit never settles for a read that may predate that commit.
+    Keeps the last `keep` frames. A batch carried by its notification is taken as is when it
+    follows on from the last frame held (`offer`); any other news of the log (a pointer, a gap,
+    a reconnection of the listener) asks for a read (`demand`). A read is shared by every
+    stream that asks while it is in flight, but only by those that asked before it started:
+    a stream woken by a commit never settles for a read that may predate that commit.
     """
 
-    def __init__(self, pool: Pool, run_id: str, seq: int, keep: int) -> None:
+    def __init__(
+        self, pool: Pool, run_id: str, seq: int, keep: int, seed: list[Row] | None = None
+    ) -> None:
         self._pool = pool
+        self.reads = 0  # reads of the log that returned frames
         self.run_id = run_id
         self.base = seq  # frames hold seq base+1 .. seq, contiguous (the log is gapless)
         self.seq = seq
         self.finished = False
         self._frames: list[Row] = []
         self._keep = keep
+        self._extend(seed or [])
         self._started = 0  # reads started so far
+        self._done = 0  # the number of the last read finished (one read at a time)
+        self.demand = -1  # news the feed holds no frames for: a read numbered above is owed
         self._task: asyncio.Task[None] | None = None
         self._task_no = 0
         self.streams = 0
-
-    @property
-    def ticket(self) -> int:
-        """Take before reading: `refresh(ticket)` waits for a read started after this."""
-        return self._started
 
     def after(self, cursor: int) -> list[Row] | None:
         """Frames after `cursor` held in memory; None if the feed no longer holds them."""
@@ -72,8 +79,42 @@ class RunFeed:
             return None
         return self._frames[cursor - self.base :]
 
+    def want_read(self) -> None:
+        """Owe a read of the log that starts after now (the log may hold more than the feed)."""
+        self.demand = self._started
+
+    def offer(self, seq: int, rows: list[Row]) -> bool:
+        """Take the frames of a batch carried by its notification, ending at seq `seq`.
+
+        Returns whether the feed took frames from the batch.
+
+        Notifications of one run arrive in commit order, because appends to a run are
+        serialised by the conditional update of its row; the feed relies on that only through
+        this check that the batch follows on from what it holds.
+        """
+        first = seq - len(rows) + 1
+        if seq <= self.seq:
+            return False  # already held (a read got there first)
+        if first > self.seq + 1:
+            self.want_read()  # a gap: a notification was lost, or came before this feed
+            return False
+        self._extend(rows[self.seq + 1 - first :])
+        return True
+
+    def _extend(self, rows: list[Row]) -> None:
+        """Append frames that start right after the last one held."""
+        self._frames.extend(rows)
+        if rows:
+            self.seq = rows[-1][0]
+            self.finished = self.finished or rows[-1][1] in TERMINAL_EVENTS
+        if len(self._frames) > self._keep:
+            del self._frames[: len(self._frames) - self._keep // 2]
+            self.base = self._frames[0][0] - 1
+
     async def refresh(self, ticket: int, page: int) -> None:
-        """Make sure a read of the log started after `ticket` has finished."""
+        """Make sure a read of the log numbered above `ticket` (`demand`) has finished."""
+        if self._done > ticket:
+            return
         while True:
             task = self._task
             if task is None:
@@ -86,33 +127,87 @@ class RunFeed:
             await asyncio.shield(task)  # started too early: wait for it, then read again
 
     async def _read(self, page: int) -> None:
+        number = self._task_no
         try:
             rows, finished = await _read(self._pool, self.run_id, self.seq, page)
-            self._frames.extend(rows)
-            if rows:
-                self.seq = rows[-1][0]
-            self.finished = finished or (bool(rows) and rows[-1][1] in TERMINAL_EVENTS)
-            if len(self._frames) > self._keep:
-                del self._frames[: len(self._frames) - self._keep // 2]
-                self.base = self._frames[0][0] - 1
+            # Carried batches may have been taken during the read: keep only what follows them.
+            self._extend([r for r in rows if r[0] > self.seq])
+            self.reads += bool(rows)
+            self.finished = self.finished or finished
+            self._done = number
         finally:
             self._task = None
 
 
 class Feeds:
-    """The live feeds of this process, one per run that has live streams."""
+    """The live feeds of this process, one per run that has live streams.
 
-    def __init__(self, pool: Pool, keep: int = 10_000) -> None:
+    With a `notifier`, the feeds take the batches its notifications carry; without one, every
+    live batch is read from the log. `reads` counts the feeds' reads of the log that returned
+    frames, `carried` the batches taken from notifications, `stream_reads` the reads streams
+    made on their own (replay, or behind what their feed holds).
+    """
+
+    def __init__(self, pool: Pool, keep: int = 10_000, notifier: Notifier | None = None) -> None:
         self._pool = pool
         self._keep = keep
         self._feeds: dict[str, RunFeed] = {}
+        self._ended_reads = 0
+        self.carried = 0
+        self.stream_reads = 0
+        self._recent = RecentBatches()
+        if notifier is not None:
+            notifier.on(EVENTS_CHANNEL, self._notified)
+            notifier.on_connect(self._reconnected)
 
-    @contextlib.contextmanager
-    def follow(self, run_id: str, cursor: int) -> Iterator[RunFeed]:
-        """Join (or start at `cursor`) the run's feed for as long as the stream lives."""
+    def _notified(self, payload: str) -> None:
+        run_id = run_of(payload)
+        self._recent.add(run_id, payload)
         feed = self._feeds.get(run_id)
         if feed is None:
-            feed = self._feeds[run_id] = RunFeed(self._pool, run_id, cursor, self._keep)
+            return
+        batch = carried(payload)
+        if batch is None:
+            feed.want_read()
+            return
+        rows = [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in batch.events]
+        self.carried += feed.offer(batch.last, rows)
+
+    @property
+    def reads(self) -> int:
+        """The feeds' reads of the log that returned frames, so far."""
+        return self._ended_reads + sum(feed.reads for feed in self._feeds.values())
+
+    def following(self, run_id: str) -> int:
+        """Return how many streams of this process follow the run live."""
+        feed = self._feeds.get(run_id)
+        return 0 if feed is None else feed.streams
+
+    def _reconnected(self) -> None:
+        # What was notified while the listener was away is unknown: every feed reads the log.
+        self._recent.clear()
+        for feed in self._feeds.values():
+            feed.want_read()
+
+    def recent(self, run_id: str, cursor: int) -> list[Row] | None:
+        """Frames after `cursor` if the run has no feed and its latest notifications hold all.
+
+        A stream that starts with them must start following the run before it next awaits,
+        so that no notification falls between the two (`RecentBatches`).
+        """
+        if run_id in self._feeds:
+            return None
+        events = self._recent.after(run_id, cursor)
+        if events is None:
+            return None
+        return [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in events]
+
+    @contextlib.contextmanager
+    def follow(self, run_id: str, cursor: int, seed: list[Row] | None = None) -> Iterator[RunFeed]:
+        """Join (or start at `cursor`, holding `seed`) the run's feed while the stream lives."""
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            feed = self._feeds[run_id] = RunFeed(self._pool, run_id, cursor, self._keep, seed)
         feed.streams += 1
         try:
             yield feed
@@ -120,6 +215,7 @@ class Feeds:
             feed.streams -= 1
             if feed.streams == 0 and self._feeds.get(run_id) is feed:
                 del self._feeds[run_id]
+                self._ended_reads += feed.reads
 
 
 def _batch(rows: list[Row]) -> tuple[str, int, bool]:
@@ -200,10 +296,13 @@ async def _stream(
     stop: asyncio.Event | None,
 ) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
+        # The run's latest notifications may hold all we need (a run just posted): no read.
+        recent = feeds.recent(run_id, cursor)
         # Replay on our own until caught up, so that a long replay never holds up live streams.
-        caught_up = False
+        caught_up = recent is not None
         while not caught_up:
             wake.clear()  # before reading, so a notification during the read is not lost
+            feeds.stream_reads += 1
             rows, finished = await _read(pool, run_id, cursor, page)
             caught_up = len(rows) < page
             if finished:
@@ -213,10 +312,13 @@ async def _stream(
                 yield text
                 if terminal:
                     return
-        with feeds.follow(run_id, cursor) as feed:
+        with feeds.follow(run_id, cursor, recent) as feed:
+            if wake.notified > cursor:  # heard of, maybe before the feed existed, and not read
+                feed.want_read()
             while stop is None or not stop.is_set():
                 held = feed.after(cursor)
                 if held is None:  # fell behind what the feed holds: read the log ourselves
+                    feeds.stream_reads += 1
                     held, finished = await _read(pool, run_id, cursor, page)
                     if finished:
                         return
@@ -233,5 +335,7 @@ async def _stream(
                 except TimeoutError:
                     # Quiet for a while: look at the log anyway, in case a notification was lost.
                     yield ": heartbeat\n\n"
+                    feed.want_read()
                 wake.clear()
-                await feed.refresh(feed.ticket, page)
+                # At once if the feed took the batch the notification carried.
+                await feed.refresh(feed.demand, page)

@@ -1,0 +1,190 @@
+"""How a batch reaches the log: one statement, one pipelined transaction, or COPY.
+
+Each path moves the run's head under the conditional update that fences and serialises the
+run's appenders, stores the events, writes the rows store hooks derive from them, and
+notifies listeners, all or nothing (docs/decisions/0605, 1960).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncCursor
+from psycopg.pq import TransactionStatus
+
+from graphs.events import EventType
+from server.db.pool import Conn
+from server.events.carry import NOTIFY_LIMIT_SQL
+from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
+
+# Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
+STATEMENT_MAX = 64
+
+
+@dataclass
+class StoredEvent:
+    """An event as it is in the log and on the wire."""
+
+    run_id: str
+    seq: int
+    type: EventType
+    ts: datetime
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoreHook:
+    """Rows kept beside the log: written with the events of `types`, in their transaction.
+
+    The log knows nothing of those rows; the appender (a worker storing `usage` events, whose
+    model-call rows the usage ledger writes) hands the hook in.
+    """
+
+    types: frozenset[EventType]
+    store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
+
+
+_MOVE = """
+UPDATE runs SET
+    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
+    updated_at = now(),
+    started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
+    finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
+    error_type = COALESCE(%(error_type)s, error_type),
+    error_message = COALESCE(%(error_message)s, error_message),
+    error_details = COALESCE(%(error_details)s, error_details),
+    usage = COALESCE(%(usage)s, usage),
+    lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
+    lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
+    deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
+WHERE id = %(id)s AND last_event_seq = %(prev)s
+  AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
+RETURNING id
+"""
+# A small batch in one statement, atomic even outside a transaction: move the run's head if
+# nobody else has (fencing and serialising appenders), store the events, notify listeners with
+# the batch itself as stored (server/events/carry.py), or a pointer if it would not fit.
+_APPEND = f"""
+WITH moved AS ({_MOVE}), stored AS (
+    INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
+    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
+    FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
+        AS e(seq, type, data)
+    RETURNING seq, type, data::text AS data
+), carried AS (
+    SELECT %(carried)s || string_agg(seq || ' ' || type || ' ' || data, E'\\n' ORDER BY seq)
+        AS payload
+    FROM stored
+), woken AS (
+    SELECT pg_notify(%(events_channel)s, CASE
+        WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
+        ELSE %(payload)s END)
+    FROM moved, carried
+    UNION ALL
+    SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
+)
+SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
+"""
+
+
+async def store_batch(
+    conn: Conn,
+    params: dict[str, Any],
+    stored: list[StoredEvent],
+    hooked: list[tuple[StoreHook, list[StoredEvent]]],
+) -> bool:
+    """Store a folded batch by the cheapest path; return False if the run's head had moved.
+
+    Args:
+        conn: A connection from the pool (autocommit), or one inside the caller's transaction.
+        params: The statements' parameters (`server/events/log.py` `_params`).
+        stored: The batch's events with their seq values.
+        hooked: Each store hook with the batch's events it writes rows for.
+    """
+    if len(stored) > STATEMENT_MAX:
+        return await _append_by_copy(conn, params, stored, hooked)
+    if not hooked:
+        return await _append_statement(conn, params)
+    if conn.info.transaction_status == TransactionStatus.IDLE:
+        return await _append_pipelined(conn, params, hooked)
+    # In the caller's transaction, which a lost fence rolls back whole.
+    moved = await _append_statement(conn, params)
+    if moved:
+        await _store_hooked(conn, params["id"], hooked)
+    return moved
+
+
+async def _append_statement(conn: Conn, params: dict[str, Any]) -> bool:
+    cur = await conn.execute(_APPEND, params)
+    row = await cur.fetchone()
+    return row is not None and row["moved"] == 1
+
+
+async def _store_hooked(
+    conn: Conn, run_id: str, hooked: list[tuple[StoreHook, list[StoredEvent]]]
+) -> None:
+    async with conn.cursor() as cur:
+        for hook, found in hooked:
+            await hook.store(cur, run_id, found)
+
+
+async def _append_pipelined(
+    conn: Conn, params: dict[str, Any], hooked: list[tuple[StoreHook, list[StoredEvent]]]
+) -> bool:
+    """Append a small batch and its hooks' rows in one transaction, in two round trips.
+
+    BEGIN and the append's statement go out together; only if it moved the run's head do the
+    hooks' statements and COMMIT follow, together. psycopg's `transaction()` would add a round
+    trip of its own at each end, so BEGIN and COMMIT are sent as statements. A rollback goes
+    through `conn.rollback()`: a ROLLBACK statement in a pipeline leaves psycopg's cache of
+    prepared statements out of step with the server's ("prepared statement does not exist").
+    """
+    try:
+        async with conn.pipeline():
+            await conn.execute("BEGIN", prepare=False)
+            moved = await _append_statement(conn, params)
+            if moved:
+                await _store_hooked(conn, params["id"], hooked)
+                await conn.execute("COMMIT", prepare=False)
+        if not moved:
+            await conn.rollback()
+    except BaseException:
+        # A hook or statement failed before COMMIT: the open transaction must not outlive it.
+        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()
+        raise
+    return moved
+
+
+async def _append_by_copy(
+    conn: Conn,
+    params: dict[str, Any],
+    stored: list[StoredEvent],
+    hooked: list[tuple[StoreHook, list[StoredEvent]]],
+) -> bool:
+    # Followers read a burst back from the log: the pointer payload (docs/decisions/1960).
+    async with conn.transaction(), conn.cursor() as cur:
+        await cur.execute(_MOVE, params)
+        if cur.rowcount != 1:
+            return False
+        # The conditional update above both fences and serialises appenders, so the seq values
+        # below are ours alone.
+        async with cur.copy(
+            "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
+        ) as copy:
+            for ev, data in zip(stored, params["datas"], strict=True):
+                await copy.write_row(
+                    (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
+                )
+        for hook, found in hooked:
+            await hook.store(cur, params["id"], found)
+        await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
+        if params["queued"]:
+            await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
+    return True
