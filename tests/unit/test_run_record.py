@@ -24,7 +24,7 @@ from server.domain import (
 
 ROOT = Path(__file__).resolve().parents[2]
 # The only modules that write the runs table: the records, and the event log's fenced append.
-RUNS_WRITERS = {"server/runs/records.py", "server/events/log.py"}
+RUNS_WRITERS = {"server/runs/records.py", "server/events/store.py"}
 _WRITE = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+runs\b", re.IGNORECASE)
 # A status set typed out in SQL: `status IN ('running'`, or a list `'queued', 'running'`.
 _STATUS = "|".join(s.value for s in RunStatus)
