@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import psycopg
@@ -13,6 +15,7 @@ from graphs.events import EventType
 from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError
 from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
+from server.events.store import STATEMENT_MAX
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ class EventWriter:
         delay = 0.05
         while True:
             try:
-                async with self._pool.connection() as conn:
+                async with self._pool.connection() as conn, _pipelined(conn, batch, extra):
                     self.head, _ = await append_events(
                         conn,
                         self.run_id,
@@ -153,6 +156,19 @@ class EventWriter:
                         raise
                     return
             self._idle.set()
+
+
+def _pipelined(
+    conn: Conn, batch: list[NewEvent], extra: Callable[[Conn, RunHead], Awaitable[None]] | None
+) -> AbstractAsyncContextManager[Any]:
+    """Pipeline a small batch stored with rows of its own (a run's end with its message).
+
+    It is one transaction; pipelined, the statements whose results nobody reads go out with
+    the `COMMIT`. COPY (a large batch) cannot run in a pipeline.
+    """
+    if extra is None or len(batch) >= STATEMENT_MAX:  # a plan update may join the batch
+        return contextlib.nullcontext()
+    return conn.pipeline()
 
 
 async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: int) -> bool:
