@@ -8,6 +8,7 @@ ledger row the usage ledger writes, as for every run.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -69,20 +70,24 @@ class UsageCallbackHandler(AsyncCallbackHandler):
             ),
             None,
         )
-        self._record(run_id, message, None)
+        await self._record(run_id, message, None)
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Record a failed call."""
-        self._record(run_id, None, error)
+        await self._record(run_id, None, error)
 
-    def _record(self, run_id: UUID, message: AIMessage | None, error: BaseException | None) -> None:
+    async def _record(
+        self, run_id: UUID, message: AIMessage | None, error: BaseException | None
+    ) -> None:
         started = self._calls.pop(run_id, None)
         if started is None:
             return  # not a chat model call (a completion model reports no start here)
         began, provider, model = started
         usage = TokenUsage.from_message(message) if message is not None else TokenUsage()
         model_id = f"{provider}:{model}"
-        cost = self.meter.price(provider, model, model_id, usage)
+        # Off the event loop: the first price from litellm's map imports litellm (seconds),
+        # which would stop every run of the process and its lease heartbeats meanwhile.
+        cost = await asyncio.to_thread(self.meter.price, provider, model, model_id, usage)
         totals = self.meter.add_call(usage, cost, ok=error is None)
         if message is not None:
             totals.tool_calls += len(message.tool_calls)

@@ -121,6 +121,29 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     assert events.count("event: run.started") == 2 and "lease expired" in events
 
 
+async def test_a_fresh_workers_first_priced_call_keeps_its_lease(
+    url: str, fake: FakeOpenAI, database_url: str
+) -> None:
+    # Pricing the first call reads litellm's map, whose import takes seconds in a new process:
+    # done on the event loop, it stopped the heartbeats longer than this lease, and the other
+    # worker took the run over.
+    fake.script(MODEL, CALL, ANSWER)
+    env = worker_env_for(database_url, fake)
+    env["AGENTRT_LEASE_SECONDS"] = "2.0"
+    client = get_client(url=url)
+    async with workers(env, 2), httpx.AsyncClient(base_url=url, timeout=30) as http:
+        tid = (await client.threads.create())["thread_id"]
+        graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
+        run = await client.runs.create(
+            tid, "tool_agent", input=graph_input, context={"model": MODEL}
+        )
+        values = await client.runs.join(tid, run["run_id"])
+        events = (await http.get(f"/api/runs/{run['run_id']}/events")).text
+    assert values["messages"][-1]["content"] == "Sunny in Oslo: walk to dinner."
+    assert events.count("event: run.started") == 1, "the run lost its lease mid-attempt"
+    assert "event: usage" in events
+
+
 async def test_a_cron_polled_by_two_workers_fires_once_per_due_time(
     url: str, fake: FakeOpenAI, database_url: str, pool: Pool
 ) -> None:
