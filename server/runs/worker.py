@@ -178,6 +178,7 @@ class Worker:
                         break
             except Exception:
                 log.exception("claiming runs failed; retrying")
+                self._backlog = True  # what the failed claim saw was rolled back with it
                 await asyncio.sleep(1)
 
     async def claim_one(self) -> bool:
