@@ -41,7 +41,6 @@ from server.runs.worker import Worker
 from server.settings import Settings
 from server.skills.store import sync_repository
 from server.startup import check_database, redact_url, waiting
-from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
 from tools.registry import ToolRegistry
 
@@ -151,15 +150,6 @@ async def open_runtime(
         graphs = load_graphs(
             settings.langgraph_config, checkpointer=checkpointer, store=store, own_graph=graph
         )
-        prices = None
-        if (
-            run_workers
-            and not models.needs_litellm
-            and any(not e.own for e in graphs.entries.values())
-        ):
-            # A graph of langgraph.json may call any provider, priced from litellm's map:
-            # import it in the background now, not inside the first call (seconds).
-            prices = asyncio.create_task(asyncio.to_thread(load_litellm, settings))
         notifier = Notifier(url, CHANNELS if serves_streams else WORKER_CHANNELS)
         async with waiting("the notification listener"):
             await notifier.start()
@@ -237,9 +227,6 @@ async def open_runtime(
                 await worker.stop()
             await tracing.stop()
             await notifier.stop()
-            if prices is not None:  # the import itself finishes in its thread
-                prices.cancel()
-                await asyncio.gather(prices, return_exceptions=True)
 
 
 async def _housekeeping(

@@ -41,6 +41,7 @@ class GraphAttempt(Attempt):
             raise UnknownGraphError(params["graph_id"])
         if not entry.own:  # the own agent's model caller meters its calls itself
             callbacks = [*callbacks, self._usage_handler()]
+            self.deps.models.prefetch_prices()
         config = self._graph_config(callbacks, params)
         graph = await registry.compiled(entry, config)
         thread: RunnableConfig = {"configurable": dict(config["configurable"])}

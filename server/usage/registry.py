@@ -7,6 +7,7 @@ server at `AGENTRT_OPENAI_BASE_URL`) and `litellm:<provider>/<model>` (what lite
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ class ModelRegistry:
         breakers: CircuitBreakers | None = None,
     ) -> None:
         self._settings = settings
+        self._prefetch: asyncio.Future[Any] | None = None
         self._scripts: dict[str, list[ScriptedTurn]] = {}
         if settings.scripted_models_file:
             raw = json.loads(settings.scripted_models_file.read_text(encoding="utf-8"))
@@ -86,6 +88,15 @@ class ModelRegistry:
         """Import litellm now (seconds) rather than inside the first request or run."""
         if self.needs_litellm:
             load_litellm(self._settings)
+
+    def prefetch_prices(self) -> None:
+        """Start importing litellm in a thread, once: a graph's calls are priced from its map.
+
+        Called as a run of a langgraph.json graph starts, so that its first priced call (which
+        waits for the import in a thread, never on the event loop) seldom waits long.
+        """
+        if self._prefetch is None:
+            self._prefetch = asyncio.ensure_future(asyncio.to_thread(load_litellm, self._settings))
 
     def validate(self, model_id: str | None) -> str:
         """Return the model id to use (the default when None), or raise UnknownModelError."""
