@@ -19,7 +19,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from graphs.events import EventType
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError
 from server.events.carry import carried, last_seq, run_of, stamp
 from server.events.channels import EVENTS_CHANNEL
@@ -245,6 +245,16 @@ async def test_a_feed_reads_the_log_when_a_carried_batch_does_not_follow_on(
     assert held == await replay(pool, notifier, run_id, behind)
 
 
+async def append_usage(
+    conn: Conn, run_id: str, call_id: str, generation: int, head: RunHead
+) -> RunHead:
+    """Append one `usage` event with its model-call row, as a worker's writer does."""
+    new, _ = await append_events(
+        conn, run_id, [usage_event(call_id)], generation=generation, head=head, hooks=[MODEL_CALLS]
+    )
+    return new
+
+
 async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
     pool: Pool, notifier: Notifier
 ) -> None:
@@ -256,14 +266,7 @@ async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
                 conn, run_id, [NewEvent("note")], generation=old, head=stale
             )
             with pytest.raises(LeaseLostError):
-                await append_events(
-                    conn,
-                    run_id,
-                    [usage_event("mc_stale_head")],
-                    generation=old,
-                    head=stale,
-                    hooks=[MODEL_CALLS],
-                )
+                await append_usage(conn, run_id, "mc_stale_head", old, stale)
             assert conn.info.transaction_status == TransactionStatus.IDLE
             for _ in range(3):  # the connection's prepared statements are still in order
                 assert (await load_head(conn, run_id, lock=False)).seq == head.seq
@@ -271,24 +274,10 @@ async def test_a_hooked_batch_on_a_stale_head_or_lease_stores_nothing(
         async with pool.connection() as conn:
             head = await load_head(conn, run_id, lock=False)
             with pytest.raises(LeaseLostError):
-                await append_events(
-                    conn,
-                    run_id,
-                    [usage_event("mc_stale_lease")],
-                    generation=old,
-                    head=head,
-                    hooks=[MODEL_CALLS],
-                )
+                await append_usage(conn, run_id, "mc_stale_lease", old, head)
             assert conn.info.transaction_status == TransactionStatus.IDLE
             # The new owner's append goes through, on the same connection.
-            head, _ = await append_events(
-                conn,
-                run_id,
-                [usage_event("mc_owner")],
-                generation=new,
-                head=head,
-                hooks=[MODEL_CALLS],
-            )
+            head = await append_usage(conn, run_id, "mc_owner", new, head)
         # Notifications arrive in commit order: once the owner's is heard, no other is coming.
         await until(lambda: any(p.startswith(f"{run_id}:{head.seq}\n") for p in payloads), "owner")
 
