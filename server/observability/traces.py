@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from server.db.pool import Conn
@@ -87,14 +88,13 @@ async def load_trace(conn: Conn, run: Run) -> dict[str, Any]:
 
 
 # A payload cut in its span's attribute is kept whole in `trace_payloads`; an uncut one is the
-# attribute itself (JSON text of the payload).
+# attribute itself (JSON text of the payload, parsed here as it was written, by Python).
 _PAYLOAD = """
-SELECT COALESCE(
+SELECT
     (SELECT data FROM trace_payloads
-     WHERE trace_id = %(trace)s AND span_id = %(span)s AND kind = %(kind)s),
-    (SELECT (attributes ->> %(attribute)s)::jsonb FROM trace_spans
-     WHERE trace_id = %(trace)s AND span_id = %(span)s AND NOT attributes ? %(cut)s)
-) AS data
+     WHERE trace_id = %(trace)s AND span_id = %(span)s AND kind = %(kind)s) AS data,
+    (SELECT attributes ->> %(attribute)s FROM trace_spans
+     WHERE trace_id = %(trace)s AND span_id = %(span)s AND NOT attributes ? %(cut)s) AS text
 """
 
 
@@ -111,9 +111,10 @@ async def load_payload(conn: Conn, run_id: str, span_id: str, kind: str) -> dict
         },
     )
     row = await cur.fetchone()
-    if row is None or row["data"] is None:
+    if row is None or (row["data"] is None and row["text"] is None):
         return None
-    return {"spanId": span_id, "kind": kind, "data": row["data"]}
+    data = row["data"] if row["data"] is not None else json.loads(row["text"])
+    return {"spanId": span_id, "kind": kind, "data": data}
 
 
 def render_tree(trace: dict[str, Any]) -> str:
