@@ -1,11 +1,13 @@
 """LangGraph's Postgres checkpointer, fenced by the run's lease.
 
 A worker whose lease was taken over must not write a checkpoint that wins. Every checkpoint
-write of a run executes in one transaction that first takes a key-share lock on the run's row
-and checks the lease generation the worker holds (`agentrt_fence()`, migrations 0006 and 0033). A
-takeover (which locks that row `FOR UPDATE` to change the generation) therefore either waits
-for the write to commit, or commits first and makes the write fail; the worker's own event
-appends, plain updates of the row, do not wait for it.
+write of a run executes in one transaction that first takes the run's fence lock (a shared
+advisory lock) and checks the lease generation the worker holds (`agentrt_fence()`,
+migrations 0006 and 0034). A takeover (the claim, or the recovery of an expired lease) takes
+that lock exclusively, without waiting, before it changes the generation: a write in flight
+makes it skip the run until the write has committed, and a write that starts after it waits
+for it, then fails. The fence locks no row, so it writes no WAL and never waits for the
+worker's own event appends (docs/decisions/1980).
 """
 
 from __future__ import annotations

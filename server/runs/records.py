@@ -313,7 +313,9 @@ async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
 # conversation runs one run at a time, in order (docs/decisions/0007). Only users holding
 # leases can have a count above zero, so the best run is the best of one candidate per such
 # user and the oldest run of everyone else: index walks that stop at the first claimable
-# run, whatever the queue's length (docs/decisions/1900).
+# run, whatever the queue's length (docs/decisions/1900). A run whose checkpoint write is
+# still in flight (an attempt stopped mid-write) is skipped: the claim moves the lease
+# generation on, so it must hold the run's fence lock exclusively (docs/decisions/1980).
 _CLAIMABLE = f"""
       (r.not_before IS NULL OR r.not_before <= now())
       AND COALESCE(ta.n, 0) < COALESCE(
@@ -322,6 +324,7 @@ _CLAIMABLE = f"""
           SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
             AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
                  OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
+      AND pg_try_advisory_xact_lock(7301, agentrt_fence_key(r.id))
 """
 _USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int, %(user_max)s)"
 _CLAIM = f"""
@@ -435,20 +438,35 @@ async def renew_leases(
 
 
 async def lock_expired_leases(conn: Conn, limit: int = 100) -> list[dict[str, Any]]:
-    """Lock and return `id, recoveries` of active runs whose lease ran out, oldest first."""
+    """Lock and return `id, recoveries` of active runs whose lease ran out, oldest first.
+
+    Each run returned is also held by its checkpoint fence's lock (migration 0034) until the
+    transaction ends; a run whose fenced checkpoint write is in flight is left for a later
+    pass, so that `fence_out` can never overtake a write that already passed the fence.
+    """
     cur = await conn.execute(
         f"SELECT id, recoveries FROM runs WHERE {status_in(ACTIVE)} AND lease_expires_at < now()"
         " ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
         (limit,),
     )
-    return await cur.fetchall()
+    expired = await cur.fetchall()
+    if not expired:
+        return expired
+    cur = await conn.execute(
+        "SELECT id FROM unnest(%s::text[]) AS id"
+        " WHERE pg_try_advisory_xact_lock(7301, agentrt_fence_key(id))",
+        ([r["id"] for r in expired],),
+    )
+    fenced = {r["id"] for r in await cur.fetchall()}
+    return [r for r in expired if r["id"] in fenced]
 
 
 async def fence_out(conn: Conn, run_id: str, recoveries: int) -> None:
     """Count a recovery and start a new lease generation, fencing out the lost attempt.
 
     Its worker may still be alive (it only lost touch with the database) and must write no
-    more events or checkpoints for this run.
+    more events or checkpoints for this run. The caller holds the run's fence lock
+    (`lock_expired_leases`), so no checkpoint write is between its fence and its commit.
     """
     await conn.execute(
         "UPDATE runs SET recoveries = %s, lease_generation = lease_generation + 1 WHERE id = %s",
