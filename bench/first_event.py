@@ -15,11 +15,13 @@ from pathlib import Path
 from bench.client import Endpoint, request, sse
 from bench.common import (
     Figures,
+    database_url_for,
     env_for,
     met,
     processes,
     quantiles,
     run_async,
+    start_api,
     start_stack,
     write_scripts,
 )
@@ -67,6 +69,7 @@ async def measure(
         found.setdefault(key, []).append(value)
 
     async with engine(database_url) as eng:
+        eng.durability = "sync"  # as agentrt's executor
         convs = await conversations(ep, 2 * runs * repeats + 5)
         spare = convs[5 + runs * repeats :]  # for the two-request flow
         for conv in convs[:5]:  # warm up
@@ -104,6 +107,12 @@ def main(database_url: str, quick: bool) -> Figures:
     assert procs[0].url is not None
     with processes(procs):
         found = run_async(measure(database_url, Endpoint.of(procs[0].url), runs, repeats))
+    # The default deployment (`make run`): one process serves the API and runs the workers.
+    one_url = database_url_for(database_url, "bench_first_event_one_process")
+    api = start_api({**env, "DATABASE_URL": one_url}, workers=True)
+    assert api.url is not None
+    with processes([api]):
+        one = run_async(measure(one_url, Endpoint.of(api.url), runs, 1))
     q = {k: quantiles(v) for k, v in found.items()}
     ms = 1000
     figures.add(
@@ -141,6 +150,19 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"| first token with two requests | {d2['p50'] * ms:.1f} ms | {d2['p95'] * ms:.1f} ms"
         f" | engine {et['p50'] * ms:.1f} ms | {d2['p50'] / et['p50']:.2f}x | context |"
+    )
+    o = {k: quantiles(v) for k, v in one.items()}
+    oe, od, oet = o["first event"], o["first delta"], o["engine first token"]
+    figures.add(
+        f"| first SSE event, one process (`agentrt serve` with its workers, as `make run`; "
+        f"n={runs}) | {oe['p50'] * ms:.1f} ms | {oe['p95'] * ms:.1f} ms | HTTP round trip "
+        f"{o['healthz']['p50'] * ms:.1f} ms | {oe['p50'] / o['healthz']['p50']:.1f}x | "
+        f"p50 ≤ 5 ms {met(oe['p50'] <= 0.005)} |"
+    )
+    figures.add(
+        f"| first token, one process | {od['p50'] * ms:.1f} ms | {od['p95'] * ms:.1f} ms"
+        f" | engine {oet['p50'] * ms:.1f} ms | {od['p50'] / oet['p50']:.2f}x"
+        f" | ≤ 1.5x {met(od['p50'] <= 1.5 * oet['p50'])} |"
     )
     spread = found["repeat p50"]
     figures.add("")

@@ -19,12 +19,14 @@ from bench.client import Endpoint, request, sse
 from bench.common import (
     Figures,
     Proc,
+    database_url_for,
     env_for,
     met,
     postgres_cpu_seconds,
     processes,
     quantiles,
     run_async,
+    start_api,
     start_stack,
     trust,
     write_scripts,
@@ -137,6 +139,7 @@ async def paced(database_url: str, ep: Endpoint, runs: int) -> tuple[list[float]
     """Latencies of the engine and of agentrt, one run at a time, with the paced model."""
     floor, ours = [], []
     async with engine(database_url, PACED_SCRIPT) as eng:
+        eng.durability = "sync"
         for conv in await conversations(ep, runs):
             floor.append((await eng.run())[2])
             ours.append(await agentrt_run(ep, conv, "scripted:paced"))
@@ -144,16 +147,26 @@ async def paced(database_url: str, ep: Endpoint, runs: int) -> tuple[list[float]
 
 
 async def measure(
-    database_url: str, ep: Endpoint, procs: list[Proc], runs: dict[int, int], repeats: int
+    database_url: str,
+    ep: Endpoint,
+    procs: list[Proc],
+    runs: dict[int, int],
+    repeats: int,
+    levels: tuple[int, ...] = CONCURRENCY,
+    extras: bool = True,
 ) -> Series:
-    """Run agentrt and the engine side by side at one concurrency level."""
+    """Run agentrt and the engine side by side at each concurrency level of `levels`.
+
+    With `extras`, also the two-request flow and the paced model.
+    """
     series = Series()
     async with engine(database_url) as eng:
+        eng.durability = "sync"  # agentrt's executor stores each step's checkpoint before the next
         await eng.throughput(10, 2)  # warm up both paths: imports, pools, caches
         for conv in await conversations(ep, 10):
             await agentrt_run(ep, conv)
         for _ in range(repeats):
-            for c in CONCURRENCY:
+            for c in levels:
                 series.floor.setdefault(c, []).append(
                     await floor_batch(eng, runs[c], c, database_url)
                 )
@@ -162,9 +175,11 @@ async def measure(
                         ep, runs[c], c, procs, database_url, series.creation if c == 1 else None
                     )
                 )
-            for conv in await conversations(ep, runs[1]):
-                series.two_requests.append(await agentrt_run(ep, conv, streamed=False))
-        series.paced = await paced(database_url, ep, 5 if runs[1] < 60 else runs[1] // 2)
+            if extras:
+                for conv in await conversations(ep, runs[1]):
+                    series.two_requests.append(await agentrt_run(ep, conv, streamed=False))
+        if extras:
+            series.paced = await paced(database_url, ep, 5 if runs[1] < 60 else runs[1] // 2)
     return series
 
 
@@ -189,6 +204,16 @@ def main(database_url: str, quick: bool) -> Figures:
     assert procs[0].url is not None
     with processes(procs):
         series = run_async(measure(database_url, Endpoint.of(procs[0].url), procs, runs, repeats))
+    # The default deployment (`make run`): one process serves the API and runs the workers.
+    # Its own database, so that neither stack's workers claim the other's runs.
+    one_url = database_url_for(database_url, "bench_overhead_one_process")
+    one_env = {**env_for(one_url, worker_concurrency=32), **_settings_of(env)}
+    api = start_api(one_env, workers=True)
+    assert api.url is not None
+    with processes([api]):
+        one = run_async(
+            measure(one_url, Endpoint.of(api.url), [api], runs, repeats, (1, 8), extras=False)
+        )
 
     figures.add(
         "Topology: one API process (`agentrt serve --no-workers`) and one worker process "
@@ -259,4 +284,48 @@ def main(database_url: str, quick: bool) -> Figures:
     rates = [s.rate for s in series.ours[32]]
     figures.add("")
     figures.add(f"agentrt runs/s at concurrency 32 across repeats: {trust(rates)}.")
+    _one_process(figures, one)
     return figures
+
+
+def _settings_of(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("AGENTRT_")}
+
+
+def _one_process(figures: Figures, one: Series) -> None:
+    """The same targets with one process serving the API and running the workers."""
+    figures.add("")
+    figures.add(
+        "The default deployment, measured right after in the same way: one process "
+        "(`agentrt serve`, as `make run` starts it) serves the API and runs the workers "
+        "(concurrency 32), on a database of its own."
+    )
+    figures.add("")
+    floor1 = quantiles([x for s in one.floor[1] for x in s.latencies])
+    ours1 = quantiles([x for s in one.ours[1] for x in s.latencies])
+    ratio1 = ours1["p50"] / floor1["p50"]
+    ratios8 = [o.rate / f.rate for f, o in zip(one.floor[8], one.ours[8], strict=True)]
+    rate8 = statistics.median(ratios8)
+    figures.add("| one process | engine floor | agentrt | ratio or difference | target |")
+    figures.add("|---|---|---|---|---|")
+    figures.add(
+        f"| latency p50, concurrency 1 | {floor1['p50'] * 1000:.1f} ms | "
+        f"{ours1['p50'] * 1000:.1f} ms | {ratio1:.2f}x | ≤ 1.5x {met(ratio1 <= 1.5)} |"
+    )
+    figures.add(
+        f"| runs/s, concurrency 8 | {_median(one.floor[8], 'rate'):.1f} | "
+        f"{_median(one.ours[8], 'rate'):.1f} | {rate8:.2f}x ({trust(ratios8)}) | "
+        f"≥ 0.7x {met(rate8 >= 0.7)} |"
+    )
+    for c in (1, 8):
+        f_cpu, o_cpu = _median(one.floor[c], "cpu"), _median(one.ours[c], "cpu")
+        f_pg, o_pg = _median(one.floor[c], "pg_cpu"), _median(one.ours[c], "pg_cpu")
+        extra = (o_cpu - f_cpu) * 1000
+        figures.add(
+            f"| CPU per run, concurrency {c} | {f_cpu * 1000:.1f} ms | {o_cpu * 1000:.1f} ms | "
+            f"+{extra:.1f} ms | ≤ +8 ms {met(extra <= 8)} |"
+        )
+        figures.add(
+            f"| Postgres CPU per run, concurrency {c} | {f_pg * 1000:.1f} ms | "
+            f"{o_pg * 1000:.1f} ms | {o_pg / f_pg:.2f}x | ≤ 2x {met(o_pg <= 2 * f_pg)} |"
+        )
