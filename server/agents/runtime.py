@@ -194,15 +194,24 @@ def context_setup(
     )
 
 
+async def tenant_overlay(pool: Pool, tenant_id: str) -> TenantToolConfig | None:
+    """Read the tenant's stored tool configuration (None: the operator's as it is)."""
+    async with pool.connection() as conn:
+        return await load_overlay(conn, tenant_id)
+
+
 async def profile_toolbox(
-    registry: ToolRegistry, pool: Pool, run: Run, agent: AgentVersion
+    registry: ToolRegistry,
+    pool: Pool,
+    run: Run,
+    agent: AgentVersion,
+    overlay: TenantToolConfig | None,
 ) -> Toolbox:
     """Build the toolbox of one attempt: the tenant's tools, narrowed to the profile's.
 
-    The profile's per-tool policy lies on top of the operator's and the tenant's.
+    The profile's per-tool policy lies on top of the operator's and the tenant's (`overlay`,
+    from `tenant_overlay`).
     """
-    async with pool.connection() as conn:
-        overlay = await load_overlay(conn, run.tenant_id)
     policies = agent.spec.tool_policies
     if policies:
         effective = registry.resolve(run.tenant_id, overlay).tools

@@ -13,13 +13,20 @@ worker's own event appends (docs/decisions/1980).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+)
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncCursor
@@ -33,6 +40,38 @@ FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
 _fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "agentrt_fence", default=None
 )
+
+
+@dataclass
+class _Reuse:
+    """One thread's latest checkpoint, read once and kept for one reuse."""
+
+    thread: str
+    kept: bool = False
+    done: bool = False
+    found: CheckpointTuple | None = None
+
+
+_reuse: contextvars.ContextVar[_Reuse | None] = contextvars.ContextVar(
+    "agentrt_checkpoint_reuse", default=None
+)
+
+
+@contextmanager
+def reusing_reads(thread_id: str) -> Iterator[None]:
+    """Serve the thread's latest checkpoint, once read, a second time from memory.
+
+    An attempt reads its thread's state to decide how to start, and the graph's loop reads the
+    same checkpoint again as it starts: one round trip and one decoding of the whole history
+    too many. Nothing else writes to the thread between the two (the run holds its lease), so
+    the second read, and only it, is served from the first; other threads are always read. A
+    checkpoint with pending writes is never kept: reading the state applies them to it.
+    """
+    token = _reuse.set(_Reuse(thread_id))
+    try:
+        yield
+    finally:
+        _reuse.reset(token)
 
 
 def fence_of(config: RunnableConfig) -> tuple[str, int] | None:
@@ -49,6 +88,28 @@ class FencedPostgresSaver(AsyncPostgresSaver):
     Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable`; writes
     without them (LangGraph tooling, tests) behave exactly as the base class.
     """
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Read a checkpoint; inside `reusing_reads()`, its thread's latest only once."""
+        reuse = _reuse.get()
+        configurable = config.get("configurable", {})
+        if (
+            reuse is None
+            or reuse.done
+            or str(configurable.get("thread_id")) != reuse.thread
+            or configurable.get("checkpoint_ns")
+            or get_checkpoint_id(config)
+        ):
+            return await super().aget_tuple(config)
+        if reuse.kept:
+            reuse.done, found, reuse.found = True, reuse.found, None
+            return found
+        found = await super().aget_tuple(config)
+        if found is None or not found.pending_writes:
+            reuse.kept, reuse.found = True, found
+        else:
+            reuse.done = True
+        return found
 
     async def aput(
         self,

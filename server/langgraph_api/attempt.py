@@ -9,6 +9,7 @@ run id in each checkpoint's metadata).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from langgraph.types import Command, Interrupt
 
 from graphs.events import EventType
 from nodes.models.usage import RunTotals, UsageMeter
-from server.agents.store import run_agent
+from server.agents.runtime import tenant_overlay
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
@@ -68,9 +69,10 @@ class GraphAttempt(Attempt):
         )
         modes: set[Any] = parts.astream_modes
         if entry.own:
-            async with self.deps.pool.connection() as conn:
-                agent = await run_agent(conn, self.run.tenant_id, *self.run.agent)
-            context = await self._context(agent)
+            agent, overlay = await asyncio.gather(
+                self._agent(), tenant_overlay(self.deps.pool, self.run.tenant_id)
+            )
+            context = await self._context(agent, overlay)
             if isinstance(graph_input, dict):
                 graph_input = {**graph_input, "run_id": self.run.id, "step": 0}
         options: dict[str, Any] = {

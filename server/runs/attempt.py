@@ -25,11 +25,11 @@ from langgraph.types import Command, Interrupt, StateSnapshot
 from graphs.context import RunContext
 from graphs.events import EventType
 from server.agents.context_store import PostgresSummaryStore
-from server.agents.runtime import context_setup, profile_toolbox, run_caller
+from server.agents.runtime import context_setup, profile_toolbox, run_caller, tenant_overlay
 from server.agents.store import AgentVersion, run_agent
 from server.artifacts.storage import Storage
 from server.artifacts.writer import RunArtifacts
-from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN, reusing_reads
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
@@ -44,6 +44,7 @@ from server.subagents.suspend import resume_value
 from server.subagents.usage import lowered_by_children
 from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
+from tools.config import TenantToolConfig
 from tools.knowledge.search import KnowledgeSearch
 from tools.registry import ToolRegistry
 
@@ -210,37 +211,43 @@ class Attempt:
 
     async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
         """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
-        # The profile and the thread's state are read at once: neither needs the other.
-        loaded: tuple[AgentVersion, StateSnapshot] = await asyncio.gather(
-            self._agent(), self.deps.graph.aget_state(self._thread())
-        )
-        agent, state = loaded
-        config = self._config(callbacks, agent)
-        context = await self._context(agent)
-        graph_input: GraphInput
-        if state.values.get("run_id") == self.run.id:
-            graph_input = await self._resume_input(state)
-            if graph_input is None and state.interrupts:
-                return state.interrupts  # decisions still missing: ask (again) and wait
-            # `next` leaves out tasks whose writes were saved before a crash; those still lead on.
-            if graph_input is None and not state.next and not state.tasks:
-                return ()  # the graph finished before the previous attempt could record it
-        else:
-            self.projector.supersede_unsaved([], self.run.input_message_id, self.recorded)
-            graph_input = self._first_input(state)
-        # "sync": each step's checkpoint is stored before the next step starts, so no tool runs
-        # for a model turn that is not checkpointed, and a failed write stops the attempt there.
-        interrupted = False
-        async for mode, chunk in self.deps.graph.astream(
-            graph_input,
-            config,
-            context=context,
-            stream_mode=STREAM_MODES,
-            control=self.handle.control,
-            durability="sync",
-        ):
-            self.projector.handle(mode, chunk)
-            interrupted = interrupted or (mode == "updates" and INTERRUPT in chunk)
+        with reusing_reads(self.run.conversation_id):  # the graph's loop starts from this read
+            # The profile, the thread's state and the tenant's tool configuration are read at
+            # once: none needs another.
+            loaded: tuple[
+                AgentVersion, StateSnapshot, TenantToolConfig | None
+            ] = await asyncio.gather(
+                self._agent(),
+                self.deps.graph.aget_state(self._thread()),
+                tenant_overlay(self.deps.pool, self.run.tenant_id),
+            )
+            agent, state, overlay = loaded
+            config = self._config(callbacks, agent)
+            context = await self._context(agent, overlay)
+            graph_input: GraphInput
+            if state.values.get("run_id") == self.run.id:
+                graph_input = await self._resume_input(state)
+                if graph_input is None and state.interrupts:
+                    return state.interrupts  # decisions still missing: ask (again) and wait
+                # `next` leaves out tasks whose writes were saved before a crash; they lead on.
+                if graph_input is None and not state.next and not state.tasks:
+                    return ()  # the graph finished before the previous attempt recorded it
+            else:
+                self.projector.supersede_unsaved([], self.run.input_message_id, self.recorded)
+                graph_input = self._first_input(state)
+            # "sync": each step's checkpoint is stored before the next step starts, so no tool
+            # runs for a model turn that is not checkpointed, and a failed write stops there.
+            interrupted = False
+            async for mode, chunk in self.deps.graph.astream(
+                graph_input,
+                config,
+                context=context,
+                stream_mode=STREAM_MODES,
+                control=self.handle.control,
+                durability="sync",
+            ):
+                self.projector.handle(mode, chunk)
+                interrupted = interrupted or (mode == "updates" and INTERRUPT in chunk)
         if not interrupted:
             # Every stop on an interrupt streams an `__interrupt__` update: a stream without
             # one ran to its end, and reading the whole state back would find none.
@@ -269,10 +276,10 @@ class Attempt:
         options, settings = self.run.options, self.deps.settings
         return int(options.get("maxSteps") or agent.spec.max_steps or settings.max_steps)
 
-    async def _context(self, agent: AgentVersion) -> RunContext:
+    async def _context(self, agent: AgentVersion, overlay: TenantToolConfig | None) -> RunContext:
         """Build the run's LangGraph context: its profile's model caller, toolbox and limits."""
         deps, run = self.deps, self.run
-        toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent)
+        toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent, overlay)
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
