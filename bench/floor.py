@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,45 +38,14 @@ from bench.common import (
     free_port,
     postgres_cpu_seconds,
     processes,
-    quantiles,
     run_async,
     start_stack,
-    trust,
     write_scripts,
 )
 from bench.engine import AGENT_SCRIPT, Engine, engine
 from bench.floor_log import Pool, durable_run, event_pool
+from bench.floor_report import LEVELS, RUNG_TEXT, RUNGS, Series, tables, verdicts
 from bench.overhead import Sample, agentrt_run, conversations
-
-RUNGS = ("L0", "L1", "L2", "L3")
-NAMES = {
-    "L0": "L0 engine",
-    "L1": "L1 + durable event log",
-    "L2": "L2 + HTTP/SSE server",
-    "L3": "L3 agentrt",
-}
-LEVELS = (1, 8)
-GUARANTEE = (
-    "every event committed before it is delivered (a resumed stream is gapless and exact), "
-    "served over HTTP"
-)
-
-
-@dataclass
-class Series:
-    """Samples per rung and concurrency, one per repeat."""
-
-    samples: dict[str, dict[int, list[Sample]]] = field(
-        default_factory=lambda: {r: {c: [] for c in LEVELS} for r in RUNGS}
-    )
-
-    def median(self, rung: str, c: int, pick: str) -> float:
-        """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
-        return float(statistics.median(getattr(s, pick) for s in self.samples[rung][c]))
-
-    def latencies(self, rung: str) -> list[float]:
-        """Every latency at concurrency 1, pooled over the repeats."""
-        return [x for s in self.samples[rung][1] for x in s.latencies]
 
 
 async def batch(
@@ -140,6 +108,7 @@ class Rungs:
     agentrt_ep: Endpoint
     agentrt_procs: list[Proc]
     database_url: str
+    counts: set[int] = field(default_factory=set)  # events per run seen by L1 and L2 clients
 
     async def l0(self) -> float:
         """One engine run; its seconds."""
@@ -148,7 +117,7 @@ class Rungs:
     async def l1(self) -> float:
         """One run with its events committed, in this process; its seconds."""
         started = time.perf_counter()
-        await durable_run(self.eng, self.pool)
+        self.counts.add(await durable_run(self.eng, self.pool))
         return time.perf_counter() - started
 
     async def l2(self) -> float:
@@ -157,6 +126,7 @@ class Rungs:
         times = await sse(self.floor_ep, "/runs", method="POST", payload={"input": "go"})
         if times.terminal != "run.completed":
             raise RuntimeError(f"a floor-server run ended {times.terminal or 'without an end'}")
+        self.counts.add(times.events)
         return float(times.end - started)
 
     async def sample(self, rung: str, runs: int, concurrency: int) -> Sample:
@@ -202,149 +172,26 @@ async def measure(
             for c in LEVELS:
                 for rung in RUNGS:
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
+        series.logged = await check_log(pool, rungs.counts)
     return series
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
+async def check_log(pool: Pool, counts: set[int]) -> tuple[int, int]:
+    """Check that every L1/L2 run's log is gapless and complete; return (runs, events per run).
 
-
-def _step(value: float, before: float, unit_ms: bool = True) -> str:
-    """What a rung adds to the one before: a difference and a ratio."""
-    diff = f"{(value - before) * 1000:+.1f} ms" if unit_ms else f"{value - before:+.1f}"
-    return f"{diff} ({value / before:.2f}x)"
-
-
-def _share(l0: float, l2: float, l3: float) -> str:
-    """How much of agentrt's distance from L0 the floor (L2) accounts for."""
-    if l3 == l0:
-        return "agentrt is at L0"
-    return f"the floor is {(l2 - l0) / (l3 - l0):.0%} of agentrt's distance from L0"
-
-
-def verdicts(s: Series) -> list[str]:
-    """One sentence per target: does the floor (L2) itself already miss it?"""
-    lat = {r: quantiles(s.latencies(r))["p50"] for r in RUNGS}
-    rate = {r: s.median(r, 8, "rate") for r in RUNGS}
-    cpu = {r: s.median(r, 8, "cpu") for r in RUNGS}
-    pg = {r: s.median(r, 8, "pg_cpu") for r in RUNGS}
-    out = []
-
-    def verdict(name: str, floor: str, ok: bool, ours: str, share: str) -> None:
-        outcome = (
-            "a durable HTTP server can meet the target in principle, so a miss by agentrt is "
-            "its own implementation's"
-            if ok
-            else "the floor itself misses the target: no server that keeps this guarantee ("
-            f"{GUARANTEE}) meets it here"
+    A floor that lost or reordered events would be cheaper than the guarantee it stands for.
+    """
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS runs, count(*) FILTER (WHERE n <> top OR low <> 1) AS gapped, "
+            "min(n) AS least, max(n) AS most FROM (SELECT count(*) AS n, max(seq) AS top, "
+            "min(seq) AS low FROM floor_events GROUP BY run_id) AS per_run"
         )
-        out.append(f"- {name}: {floor}: {outcome}. agentrt (L3): {ours}; {share}.")
-
-    r2, r3 = lat["L2"] / lat["L0"], lat["L3"] / lat["L0"]
-    verdict(
-        "Latency p50 at concurrency 1 (target ≤ 1.5x L0)",
-        f"L2 is {r2:.2f}x L0",
-        r2 <= 1.5,
-        f"{r3:.2f}x",
-        _share(lat["L0"], lat["L2"], lat["L3"]),
-    )
-    r2, r3 = rate["L2"] / rate["L0"], rate["L3"] / rate["L0"]
-    verdict(
-        "Runs/s at concurrency 8 (target ≥ 0.7x L0)",
-        f"L2 reaches {r2:.2f}x L0",
-        r2 >= 0.7,
-        f"{r3:.2f}x",
-        _share(rate["L0"], rate["L2"], rate["L3"]),
-    )
-    e2, e3 = (cpu["L2"] - cpu["L0"]) * 1000, (cpu["L3"] - cpu["L0"]) * 1000
-    verdict(
-        "Python CPU per run at concurrency 8 (target ≤ L0 + 8 ms)",
-        f"L2 is L0 {e2:+.1f} ms",
-        e2 <= 8,
-        f"L0 {e3:+.1f} ms",
-        _share(cpu["L0"], cpu["L2"], cpu["L3"]),
-    )
-    r2, r3 = pg["L2"] / pg["L0"], pg["L3"] / pg["L0"]
-    verdict(
-        "Postgres CPU per run at concurrency 8 (target ≤ 2x L0)",
-        f"L2 is {r2:.2f}x L0",
-        r2 <= 2,
-        f"{r3:.2f}x",
-        _share(pg["L0"], pg["L2"], pg["L3"]),
-    )
-    return out
-
-
-def tables(s: Series) -> list[str]:
-    """The latency, throughput and CPU tables, each rung against L0 and the rung before."""
-    lines = [
-        "| concurrency 1 | latency p50 | p95 | p50 against L0 | step from the rung before |",
-        "|---|---|---|---|---|",
-    ]
-    before = None
-    p50 = {r: quantiles(s.latencies(r))["p50"] for r in RUNGS}
-    for r in RUNGS:
-        q = quantiles(s.latencies(r))
-        step = _step(q["p50"], p50[before]) if before else ""
-        lines.append(
-            f"| {NAMES[r]} (n={len(s.latencies(r))}) | {_ms(q['p50'])} | {_ms(q['p95'])} | "
-            f"{q['p50'] / p50['L0']:.2f}x | {step} |"
-        )
-        before = r
-    lines += [
-        "",
-        "| concurrency 8 | runs/s | against L0 | step from the rung before | repeats |",
-        "|---|---|---|---|---|",
-    ]
-    before = None
-    for r in RUNGS:
-        rate = s.median(r, 8, "rate")
-        ratios = [x.rate / f.rate for f, x in zip(s.samples["L0"][8], s.samples[r][8], strict=True)]
-        step = _step(rate, s.median(before, 8, "rate"), unit_ms=False) if before else ""
-        lines.append(
-            f"| {NAMES[r]} | {rate:.1f} | {statistics.median(ratios):.2f}x | {step} | "
-            f"{trust([x.rate for x in s.samples[r][8]])} |"
-        )
-        before = r
-    lines += [
-        "",
-        "| CPU per run | Python, c=1 | Python, c=8 | c=8 against L0 | c=8 step | "
-        "Postgres, c=1 | Postgres, c=8 | c=8 against L0 | c=8 step |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    before = None
-    for r in RUNGS:
-        cells = [NAMES[r]]
-        for pick in ("cpu", "pg_cpu"):
-            value, base = s.median(r, 8, pick), s.median("L0", 8, pick)
-            cells += [
-                _ms(s.median(r, 1, pick)),
-                _ms(value),
-                f"{(value - base) * 1000:+.1f} ms ({value / base:.2f}x)",
-                _step(value, s.median(before, 8, pick)) if before else "",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-        before = r
-    return lines
-
-
-RUNG_TEXT = (
-    "What each rung keeps. L0 is the engine alone: the graph, the scripted model and "
-    "LangGraph's `AsyncPostgresSaver` with a checkpoint committed at every step "
-    '(`durability="sync"`, as agentrt\'s executor runs). L1 adds the one mechanism behind '
-    "agentrt's stream guarantee: every stream part becomes a small event (a chunk's text, a "
-    "step's node names, a custom event's dict) with a gapless `seq`, appended to "
-    "`floor_events` with a NOTIFY and committed before it counts as delivered, by one writer "
-    "task per run that batches whatever is pending while its previous commit is in flight; "
-    "the run ends when its last event is committed. L2 serves L1 from a separate process "
-    "(Starlette under uvicorn, as agentrt's API): the client POSTs `/runs` and reads the "
-    "committed events as SSE frames, handed to the response in-process. L1 and L2 leave out "
-    "agentrt's other guarantees and features: no queue and no separate worker process, no "
-    "leases or fencing (a run survives no crash), no tool ledger, no traces, no cost ledger, "
-    "no snapshot, no authentication, conversations or agent profiles. L3 is agentrt with all "
-    "of them: one API process, one worker process (concurrency 32), one `?stream=true` "
-    "request per run (its conversations are created before the timing starts)."
-)
+        row = await cur.fetchone()
+    assert row is not None
+    if row["gapped"] or row["least"] != row["most"] or counts != {row["most"]}:
+        raise RuntimeError(f"the floor's event log is not gapless and complete: {row}, {counts}")
+    return int(row["runs"]), int(row["most"])
 
 
 def main(database_url: str, quick: bool) -> Figures:
@@ -375,7 +222,9 @@ def main(database_url: str, quick: bool) -> Figures:
         "stays up throughout, on one embedded Postgres (pools of up to 20 connections). "
         "Latencies are pooled over the repeats; runs/s and CPU are medians over the repeats. "
         "Python CPU is this process's for L0 and L1, the floor server's for L2, API + worker "
-        "for L3; Postgres CPU is the whole server's."
+        "for L3; Postgres CPU is the whole server's. Checked after the runs: all "
+        f"{series.logged[0]} L1 and L2 runs hold exactly {series.logged[1]} events each in "
+        "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all."
     )
     figures.add("")
     for line in tables(series):
