@@ -168,12 +168,24 @@ async def measure(
         )
         for rung in RUNGS:  # warm up every path: imports, pools, caches
             await rungs.sample(rung, 10, 2)
+        series.idle = await idle_cpu(database_url, procs)
         for _ in range(repeats):
             for c in LEVELS:
                 for rung in RUNGS:
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
         series.logged = await check_log(pool, rungs.counts)
     return series
+
+
+async def idle_cpu(database_url: str, procs: list[Proc], seconds: float = 5) -> tuple[float, float]:
+    """CPU seconds per second that Postgres and agentrt's processes use with no run at all.
+
+    Every process stays up throughout, so this background is in every rung's figures.
+    """
+    pg0, ours0 = postgres_cpu_seconds(database_url), sum(p.cpu_seconds() for p in procs)
+    await asyncio.sleep(seconds)
+    pg = (postgres_cpu_seconds(database_url) - pg0) / seconds
+    return pg, (sum(p.cpu_seconds() for p in procs) - ours0) / seconds
 
 
 async def check_log(pool: Pool, counts: set[int]) -> tuple[int, int]:
@@ -224,7 +236,10 @@ def main(database_url: str, quick: bool) -> Figures:
         "Python CPU is this process's for L0 and L1, the floor server's for L2, API + worker "
         "for L3; Postgres CPU is the whole server's. Checked after the runs: all "
         f"{series.logged[0]} L1 and L2 runs hold exactly {series.logged[1]} events each in "
-        "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all."
+        "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all. "
+        f"With no run at all, Postgres used {series.idle[0] * 1000:.1f} ms of CPU per second "
+        f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
+        "5 s after the warm-up); that background is in every rung's figures."
     )
     figures.add("")
     for line in tables(series):

@@ -17,8 +17,8 @@ NAMES = {
 }
 LEVELS = (1, 8)
 GUARANTEE = (
-    "every event committed before it is delivered (a resumed stream is gapless and exact), "
-    "served over HTTP"
+    "commits every event before it delivers it (what makes a resumed stream gapless and "
+    "exact) and serves it over HTTP"
 )
 
 
@@ -30,6 +30,7 @@ class Series:
         default_factory=lambda: {r: {c: [] for c in LEVELS} for r in RUNGS}
     )
     logged: tuple[int, int] = (0, 0)  # L1 and L2 runs in the log, events per run
+    idle: tuple[float, float] = (0.0, 0.0)  # CPU s/s of Postgres and of agentrt, all idle
 
     def median(self, rung: str, c: int, pick: str) -> float:
         """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
@@ -70,8 +71,8 @@ def verdicts(s: Series) -> list[str]:
             "a durable HTTP server can meet the target in principle; what agentrt misses "
             "beyond the floor is its own implementation's"
             if ok
-            else "the floor itself misses the target: no server that keeps this guarantee ("
-            f"{GUARANTEE}) meets it on this machine"
+            else "the floor itself misses the target: no server that "
+            f"{GUARANTEE} meets it on this machine"
         )
         out.append(f"- {name}: {floor}: {outcome}. agentrt (L3): {ours}; {share}.")
 
