@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,8 @@ class Rungs:
     agentrt_procs: list[Proc]
     database_url: str
     counts: set[int] = field(default_factory=set)  # events per run seen by L1 and L2 clients
+    commits: dict[int, list[int]] = field(default_factory=dict)  # of L1 runs, by concurrency
+    concurrency: int = 1
 
     async def l0(self) -> float:
         """One engine run; its seconds."""
@@ -117,7 +120,9 @@ class Rungs:
     async def l1(self) -> float:
         """One run with its events committed, in this process; its seconds."""
         started = time.perf_counter()
-        self.counts.add(await durable_run(self.eng, self.pool))
+        events, commits = await durable_run(self.eng, self.pool)
+        self.counts.add(events)
+        self.commits.setdefault(self.concurrency, []).append(commits)
         return time.perf_counter() - started
 
     async def l2(self) -> float:
@@ -131,7 +136,7 @@ class Rungs:
 
     async def sample(self, rung: str, runs: int, concurrency: int) -> Sample:
         """One batch of `rung`; agentrt's conversations are made before the timing starts."""
-        url = self.database_url
+        url, self.concurrency = self.database_url, concurrency
         if rung == "L0":
             return await batch(self.l0, runs, concurrency, time.process_time, url)
         if rung == "L1":
@@ -174,6 +179,7 @@ async def measure(
                 for rung in RUNGS:
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
         series.logged = await check_log(pool, rungs.counts)
+        series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
     return series
 
 
@@ -239,7 +245,9 @@ def main(database_url: str, quick: bool) -> Figures:
         "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all. "
         f"With no run at all, Postgres used {series.idle[0] * 1000:.1f} ms of CPU per second "
         f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
-        "5 s after the warm-up); that background is in every rung's figures."
+        "5 s after the warm-up); that background is in every rung's figures. An L1 run's "
+        f"{series.logged[1]} events took a median of {series.commits[1]:g} commits at "
+        f"concurrency 1 and {series.commits[8]:g} at concurrency 8."
     )
     figures.add("")
     for line in tables(series):

@@ -78,6 +78,7 @@ class _Writer:
         self.pool, self.run_id, self.deliver = pool, run_id, deliver
         self.pending: list[str] = []
         self.seq = 0
+        self.commits = 0
         self.wake = asyncio.Event()
         self.closed = False
 
@@ -103,14 +104,17 @@ class _Writer:
                         "SELECT pg_notify('floor_events', %s)", (f"{self.run_id}:{seqs[-1]}",)
                     )
                 self.seq = seqs[-1]
+                self.commits += 1
                 if self.deliver is not None:
                     self.deliver(first, batch)
             if self.closed and not self.pending:
                 return
 
 
-async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -> int:
-    """Run one turn of `eng`'s graph with every stream part committed; return the event count.
+async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -> tuple[int, int]:
+    """Run one turn of `eng`'s graph with every stream part committed.
+
+    Returns the number of events the run logged and the number of commits that took.
 
     The graph input, config and context are those of `Engine.run`, with `durability="sync"`.
     `deliver` receives each batch after its commit; the last batch holds the terminal event.
@@ -131,4 +135,4 @@ async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -
     finally:
         if not task.done():
             task.cancel()
-    return writer.seq
+    return writer.seq, writer.commits

@@ -31,6 +31,7 @@ class Series:
     )
     logged: tuple[int, int] = (0, 0)  # L1 and L2 runs in the log, events per run
     idle: tuple[float, float] = (0.0, 0.0)  # CPU s/s of Postgres and of agentrt, all idle
+    commits: dict[int, float] = field(default_factory=dict)  # per L1 run, by concurrency
 
     def median(self, rung: str, c: int, pick: str) -> float:
         """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
@@ -40,15 +41,27 @@ class Series:
         """Every latency at concurrency 1, pooled over the repeats."""
         return [x for s in self.samples[rung][1] for x in s.latencies]
 
+    def paired(self, rung: str, base: str, c: int, pick: str) -> tuple[float, float]:
+        """`rung` against `base` within each repeat: median difference and median ratio.
+
+        Pairs taken back to back in one repeat share the machine's state at that moment, so
+        their ratio is steadier than a ratio of medians taken over the whole run.
+        """
+        pairs = list(zip(self.samples[rung][c], self.samples[base][c], strict=True))
+        diff = statistics.median(getattr(x, pick) - getattr(y, pick) for x, y in pairs)
+        ratio = statistics.median(getattr(x, pick) / getattr(y, pick) for x, y in pairs)
+        return float(diff), float(ratio)
+
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-def _step(value: float, before: float, unit_ms: bool = True) -> str:
-    """What a rung adds to the one before: a difference and a ratio."""
-    diff = f"{(value - before) * 1000:+.1f} ms" if unit_ms else f"{value - before:+.1f}"
-    return f"{diff} ({value / before:.2f}x)"
+def _against(s: Series, rung: str, base: str, c: int, pick: str) -> str:
+    """`+X ms (Yx)` (runs/s: `+X (Yx)`) of `rung` against `base`, paired by repeat."""
+    diff, ratio = s.paired(rung, base, c, pick)
+    shown = f"{diff:+.1f}" if pick == "rate" else f"{diff * 1000:+.1f} ms"
+    return f"{shown} ({ratio:.2f}x)"
 
 
 def _share(l0: float, l2: float, l3: float) -> str:
@@ -59,11 +72,16 @@ def _share(l0: float, l2: float, l3: float) -> str:
 
 
 def verdicts(s: Series) -> list[str]:
-    """One sentence per target: does the floor (L2) itself already miss it?"""
+    """One sentence per target: does the floor (L2) itself already miss it?
+
+    Ratios and differences are rounded as shown before they are held against the target.
+    """
     lat = {r: quantiles(s.latencies(r))["p50"] for r in RUNGS}
-    rate = {r: s.median(r, 8, "rate") for r in RUNGS}
-    cpu = {r: s.median(r, 8, "cpu") for r in RUNGS}
-    pg = {r: s.median(r, 8, "pg_cpu") for r in RUNGS}
+    rate = {r: round(s.paired(r, "L0", 8, "rate")[1], 2) for r in RUNGS}
+    cpu = {r: round(s.paired(r, "L0", 8, "cpu")[0] * 1000, 1) for r in RUNGS}
+    pg = {r: round(s.paired(r, "L0", 8, "pg_cpu")[1], 2) for r in RUNGS}
+    pairs = zip(s.samples["L2"][8], s.samples["L0"][8], strict=True)
+    spread = trust([x.rate / y.rate for x, y in pairs])
     out = []
 
     def verdict(name: str, floor: str, ok: bool, ours: str, share: str) -> None:
@@ -76,7 +94,7 @@ def verdicts(s: Series) -> list[str]:
         )
         out.append(f"- {name}: {floor}: {outcome}. agentrt (L3): {ours}; {share}.")
 
-    r1, r2, r3 = (lat[r] / lat["L0"] for r in ("L1", "L2", "L3"))
+    r1, r2, r3 = (round(lat[r] / lat["L0"], 2) for r in ("L1", "L2", "L3"))
     verdict(
         "Latency p50 at concurrency 1 (target ≤ 1.5x L0)",
         f"L1 is {r1:.2f}x and L2 {r2:.2f}x L0",
@@ -84,29 +102,26 @@ def verdicts(s: Series) -> list[str]:
         f"{r3:.2f}x",
         _share(lat["L0"], lat["L2"], lat["L3"]),
     )
-    r1, r2, r3 = (rate[r] / rate["L0"] for r in ("L1", "L2", "L3"))
     verdict(
         "Runs/s at concurrency 8 (target ≥ 0.7x L0)",
-        f"L1 reaches {r1:.2f}x and L2 {r2:.2f}x L0",
-        r2 >= 0.7,
-        f"{r3:.2f}x",
-        _share(rate["L0"], rate["L2"], rate["L3"]),
+        f"L1 reaches {rate['L1']:.2f}x and L2 {rate['L2']:.2f}x L0 (L2 against L0: {spread})",
+        rate["L2"] >= 0.7,
+        f"{rate['L3']:.2f}x",
+        _share(1, rate["L2"], rate["L3"]),
     )
-    e1, e2, e3 = ((cpu[r] - cpu["L0"]) * 1000 for r in ("L1", "L2", "L3"))
     verdict(
         "Python CPU per run at concurrency 8 (target ≤ L0 + 8 ms)",
-        f"L1 is L0 {e1:+.1f} ms and L2 L0 {e2:+.1f} ms",
-        e2 <= 8,
-        f"L0 {e3:+.1f} ms",
-        _share(cpu["L0"], cpu["L2"], cpu["L3"]),
+        f"L1 is L0 {cpu['L1']:+.1f} ms and L2 L0 {cpu['L2']:+.1f} ms",
+        cpu["L2"] <= 8,
+        f"L0 {cpu['L3']:+.1f} ms",
+        _share(0, cpu["L2"], cpu["L3"]),
     )
-    r1, r2, r3 = (pg[r] / pg["L0"] for r in ("L1", "L2", "L3"))
     verdict(
         "Postgres CPU per run at concurrency 8 (target ≤ 2x L0)",
-        f"L1 is {r1:.2f}x and L2 {r2:.2f}x L0",
-        r2 <= 2,
-        f"{r3:.2f}x",
-        _share(pg["L0"], pg["L2"], pg["L3"]),
+        f"L1 is {pg['L1']:.2f}x and L2 {pg['L2']:.2f}x L0",
+        pg["L2"] <= 2,
+        f"{pg['L3']:.2f}x",
+        _share(1, pg["L2"], pg["L3"]),
     )
     return out
 
@@ -117,50 +132,43 @@ def tables(s: Series) -> list[str]:
         "| concurrency 1 | latency p50 | p95 | p50 against L0 | step from the rung before |",
         "|---|---|---|---|---|",
     ]
-    before = None
     p50 = {r: quantiles(s.latencies(r))["p50"] for r in RUNGS}
-    for r in RUNGS:
+    for before, r in zip((None, *RUNGS), RUNGS, strict=False):
         q = quantiles(s.latencies(r))
-        step = _step(q["p50"], p50[before]) if before else ""
+        step = ""
+        if before:
+            step = f"{(q['p50'] - p50[before]) * 1000:+.1f} ms ({q['p50'] / p50[before]:.2f}x)"
         lines.append(
             f"| {NAMES[r]} (n={len(s.latencies(r))}) | {_ms(q['p50'])} | {_ms(q['p95'])} | "
             f"{q['p50'] / p50['L0']:.2f}x | {step} |"
         )
-        before = r
     lines += [
         "",
         "| concurrency 8 | runs/s | against L0 | step from the rung before | repeats |",
         "|---|---|---|---|---|",
     ]
-    before = None
-    for r in RUNGS:
-        rate = s.median(r, 8, "rate")
-        ratios = [x.rate / f.rate for f, x in zip(s.samples["L0"][8], s.samples[r][8], strict=True)]
-        step = _step(rate, s.median(before, 8, "rate"), unit_ms=False) if before else ""
+    for before, r in zip((None, *RUNGS), RUNGS, strict=False):
+        step = _against(s, r, before, 8, "rate") if before else ""
         lines.append(
-            f"| {NAMES[r]} | {rate:.1f} | {statistics.median(ratios):.2f}x | {step} | "
-            f"{trust([x.rate for x in s.samples[r][8]])} |"
+            f"| {NAMES[r]} | {s.median(r, 8, 'rate'):.1f} | {s.paired(r, 'L0', 8, 'rate')[1]:.2f}x"
+            f" | {step} | {trust([x.rate for x in s.samples[r][8]])} |"
         )
-        before = r
     lines += [
         "",
         "| CPU per run | Python, c=1 | Python, c=8 | c=8 against L0 | c=8 step | "
         "Postgres, c=1 | Postgres, c=8 | c=8 against L0 | c=8 step |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    before = None
-    for r in RUNGS:
+    for before, r in zip((None, *RUNGS), RUNGS, strict=False):
         cells = [NAMES[r]]
         for pick in ("cpu", "pg_cpu"):
-            value, base = s.median(r, 8, pick), s.median("L0", 8, pick)
             cells += [
                 _ms(s.median(r, 1, pick)),
-                _ms(value),
-                f"{(value - base) * 1000:+.1f} ms ({value / base:.2f}x)",
-                _step(value, s.median(before, 8, pick)) if before else "",
+                _ms(s.median(r, 8, pick)),
+                _against(s, r, "L0", 8, pick),
+                _against(s, r, before, 8, pick) if before else "",
             ]
         lines.append("| " + " | ".join(cells) + " |")
-        before = r
     return lines
 
 
