@@ -41,16 +41,24 @@ class Series:
         """Every latency at concurrency 1, pooled over the repeats."""
         return [x for s in self.samples[rung][1] for x in s.latencies]
 
-    def paired(self, rung: str, base: str, c: int, pick: str) -> tuple[float, float]:
-        """`rung` against `base` within each repeat: median difference and median ratio.
+    def per_repeat(self, rung: str, base: str, c: int, pick: str) -> tuple[list[float], ...]:
+        """`rung` against `base` within each repeat: the differences and the ratios.
 
-        Pairs taken back to back in one repeat share the machine's state at that moment, so
-        their ratio is steadier than a ratio of medians taken over the whole run.
+        `pick` is a Sample field, or `p50` for the median latency. Pairs taken back to back in
+        one repeat share the machine's state at that moment, so their ratio is steadier than
+        a ratio of medians taken over the whole run.
         """
+
+        def value(x: Sample) -> float:
+            return statistics.median(x.latencies) if pick == "p50" else float(getattr(x, pick))
+
         pairs = list(zip(self.samples[rung][c], self.samples[base][c], strict=True))
-        diff = statistics.median(getattr(x, pick) - getattr(y, pick) for x, y in pairs)
-        ratio = statistics.median(getattr(x, pick) / getattr(y, pick) for x, y in pairs)
-        return float(diff), float(ratio)
+        return [value(x) - value(y) for x, y in pairs], [value(x) / value(y) for x, y in pairs]
+
+    def paired(self, rung: str, base: str, c: int, pick: str) -> tuple[float, float]:
+        """The medians of `per_repeat`: difference and ratio."""
+        diffs, ratios = self.per_repeat(rung, base, c, pick)
+        return float(statistics.median(diffs)), float(statistics.median(ratios))
 
 
 def _ms(seconds: float) -> str:
@@ -74,52 +82,74 @@ def _share(l0: float, l2: float, l3: float) -> str:
 def verdicts(s: Series) -> list[str]:
     """One sentence per target: does the floor (L2) itself already miss it?
 
-    Ratios and differences are rounded as shown before they are held against the target.
+    Figures are rounded as shown before they are held against the target; when L2's repeats
+    fall on both sides of the target, the sentence says so rather than pick a side.
     """
     lat = {r: quantiles(s.latencies(r))["p50"] for r in RUNGS}
     rate = {r: round(s.paired(r, "L0", 8, "rate")[1], 2) for r in RUNGS}
     cpu = {r: round(s.paired(r, "L0", 8, "cpu")[0] * 1000, 1) for r in RUNGS}
     pg = {r: round(s.paired(r, "L0", 8, "pg_cpu")[1], 2) for r in RUNGS}
-    pairs = zip(s.samples["L2"][8], s.samples["L0"][8], strict=True)
-    spread = trust([x.rate / y.rate for x, y in pairs])
     out = []
 
-    def verdict(name: str, floor: str, ok: bool, ours: str, share: str) -> None:
-        outcome = (
-            "a durable HTTP server can meet the target in principle; what agentrt misses "
-            "beyond the floor is its own implementation's"
-            if ok
-            else "the floor itself misses the target: no server that "
-            f"{GUARANTEE} meets it on this machine"
-        )
+    def verdict(
+        name: str, floor: str, ok: bool, repeats: list[bool], ours: str, share: str
+    ) -> None:
+        if len(repeats) > 1 and len(set(repeats)) > 1:
+            outcome = (
+                "L2's repeats fall on both sides of the target: too close to call on this machine"
+            )
+        elif ok:
+            outcome = (
+                "a durable HTTP server can meet the target in principle; what agentrt misses "
+                "beyond the floor is its own implementation's"
+            )
+        else:
+            outcome = (
+                f"the floor itself misses the target: no server that {GUARANTEE} meets it on "
+                "this machine"
+            )
         out.append(f"- {name}: {floor}: {outcome}. agentrt (L3): {ours}; {share}.")
 
+    def spread(values: list[float], unit: str, digits: int = 2) -> str:
+        if len(values) < 2:
+            return ""
+        low, high = f"{min(values):.{digits}f}{unit}", f"{max(values):.{digits}f}{unit}"
+        return f" (L2 per repeat: {low} to {high})"
+
     r1, r2, r3 = (round(lat[r] / lat["L0"], 2) for r in ("L1", "L2", "L3"))
+    ratios = s.per_repeat("L2", "L0", 1, "p50")[1]
     verdict(
         "Latency p50 at concurrency 1 (target ≤ 1.5x L0)",
-        f"L1 is {r1:.2f}x and L2 {r2:.2f}x L0",
+        f"L1 is {r1:.2f}x and L2 {r2:.2f}x L0{spread(ratios, 'x')}",
         r2 <= 1.5,
+        [round(x, 2) <= 1.5 for x in ratios],
         f"{r3:.2f}x",
         _share(lat["L0"], lat["L2"], lat["L3"]),
     )
+    ratios = s.per_repeat("L2", "L0", 8, "rate")[1]
     verdict(
         "Runs/s at concurrency 8 (target ≥ 0.7x L0)",
-        f"L1 reaches {rate['L1']:.2f}x and L2 {rate['L2']:.2f}x L0 (L2 against L0: {spread})",
+        f"L1 reaches {rate['L1']:.2f}x and L2 {rate['L2']:.2f}x L0{spread(ratios, 'x')}",
         rate["L2"] >= 0.7,
+        [round(x, 2) >= 0.7 for x in ratios],
         f"{rate['L3']:.2f}x",
         _share(1, rate["L2"], rate["L3"]),
     )
+    diffs = [x * 1000 for x in s.per_repeat("L2", "L0", 8, "cpu")[0]]
     verdict(
         "Python CPU per run at concurrency 8 (target ≤ L0 + 8 ms)",
-        f"L1 is L0 {cpu['L1']:+.1f} ms and L2 L0 {cpu['L2']:+.1f} ms",
+        f"L1 is L0 {cpu['L1']:+.1f} ms and L2 L0 {cpu['L2']:+.1f} ms{spread(diffs, ' ms', 1)}",
         cpu["L2"] <= 8,
+        [round(x, 1) <= 8 for x in diffs],
         f"L0 {cpu['L3']:+.1f} ms",
         _share(0, cpu["L2"], cpu["L3"]),
     )
+    ratios = s.per_repeat("L2", "L0", 8, "pg_cpu")[1]
     verdict(
         "Postgres CPU per run at concurrency 8 (target ≤ 2x L0)",
-        f"L1 is {pg['L1']:.2f}x and L2 {pg['L2']:.2f}x L0",
+        f"L1 is {pg['L1']:.2f}x and L2 {pg['L2']:.2f}x L0{spread(ratios, 'x')}",
         pg["L2"] <= 2,
+        [round(x, 2) <= 2 for x in ratios],
         f"{pg['L3']:.2f}x",
         _share(1, pg["L2"], pg["L3"]),
     )
