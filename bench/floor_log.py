@@ -3,7 +3,7 @@
 The mechanism behind "a resumed stream is gapless and exact", and nothing more: the engine's
 stream parts become small events with a gapless `seq` per run, and one writer task per run
 appends them to `floor_events` with a NOTIFY, batching whatever is pending while its previous
-commit is in flight (one pipelined round trip per batch). An event counts as delivered only
+commit is in flight (one statement, so one round trip, per batch). An event counts as delivered only
 after its commit; the run ends for its client when the last event is committed. Used in this
 process by bench/floor.py (rung L1) and inside bench/floor_server.py (rung L2).
 """
@@ -31,9 +31,12 @@ TABLE = (
     "CREATE TABLE IF NOT EXISTS floor_events "
     "(run_id text, seq int, data jsonb, PRIMARY KEY (run_id, seq))"
 )
-INSERT = (
-    "INSERT INTO floor_events (run_id, seq, data) "
-    "SELECT %s, s, d::jsonb FROM unnest(%s::int[], %s::text[]) AS t(s, d)"
+# One statement per batch: the rows and the NOTIFY commit together, in one round trip, and
+# the client does less work than for the same two statements pipelined.
+APPEND = (
+    "WITH appended AS (INSERT INTO floor_events (run_id, seq, data) "
+    "SELECT %s, s, d::jsonb FROM unnest(%s::int[], %s::text[]) AS t(s, d)) "
+    "SELECT pg_notify('floor_events', %s)"
 )
 TERMINAL = json.dumps({"type": "run.completed"})
 
@@ -98,11 +101,9 @@ class _Writer:
                 batch, self.pending = self.pending, []
                 first = self.seq + 1
                 seqs = list(range(first, first + len(batch)))
-                async with self.pool.connection() as conn, conn.pipeline():
-                    await conn.execute(INSERT, (self.run_id, seqs, batch))
-                    await conn.execute(
-                        "SELECT pg_notify('floor_events', %s)", (f"{self.run_id}:{seqs[-1]}",)
-                    )
+                notice = f"{self.run_id}:{seqs[-1]}"
+                async with self.pool.connection() as conn:
+                    await conn.execute(APPEND, (self.run_id, seqs, batch, notice))
                 self.seq = seqs[-1]
                 self.commits += 1
                 if self.deliver is not None:
