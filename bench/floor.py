@@ -177,6 +177,7 @@ async def measure(
         for _ in range(repeats):
             for c in LEVELS:
                 for rung in RUNGS:
+                    series.loads.append(os.getloadavg()[0])
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
         series.logged = await check_log(pool, rungs.counts)
         series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
@@ -249,7 +250,9 @@ def main(database_url: str, quick: bool) -> Figures:
         f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
         "5 s after the warm-up); that background is in every rung's figures. An L1 run's "
         f"{series.logged[1]} events took a median of {series.commits[1]:g} commits at "
-        f"concurrency 1 and {series.commits[8]:g} at concurrency 8."
+        f"concurrency 1 and {series.commits[8]:g} at concurrency 8. The machine's load "
+        f"average (1 min) while it ran: {min(series.loads):.2f} to {max(series.loads):.2f}; "
+        "this benchmark's own processes make up to about 2 of it, the rest is other work."
     )
     figures.add("")
     for line in tables(series):

@@ -32,6 +32,7 @@ class Series:
     logged: tuple[int, int] = (0, 0)  # L1 and L2 runs in the log, events per run
     idle: tuple[float, float] = (0.0, 0.0)  # CPU s/s of Postgres and of agentrt, all idle
     commits: dict[int, float] = field(default_factory=dict)  # per L1 run, by concurrency
+    loads: list[float] = field(default_factory=list)  # 1-minute load average at each batch
 
     def median(self, rung: str, c: int, pick: str) -> float:
         """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
