@@ -21,6 +21,7 @@ from bench.common import Figures, database_url_for, embedded_postgres, machine
 BENCHMARKS = [
     "workers",
     "overhead",
+    "floor",
     "durability",
     "first_event",
     "long_run",

@@ -1,0 +1,265 @@
+"""The guarantee floor: what durable streaming costs at minimum, rung by rung, against agentrt.
+
+Four rungs run the same graph and scripted model as bench/engine.py (one calculator call, then
+20 streamed chunks), all with `durability="sync"`, back to back and interleaved in every
+repeat, on the same Postgres:
+
+- L0, the engine: `Engine.run()` in this process.
+- L1, + a gapless event log: every stream part committed to Postgres before it counts as
+  delivered (bench/floor_log.py), in this process.
+- L2, + served over HTTP: L1 inside a minimal server process (bench/floor_server.py); the
+  client POSTs `/runs` and reads committed events as SSE to the terminal event.
+- L3, agentrt: API and worker processes, one `?stream=true` request per run.
+
+L2 is the least any server with agentrt's stream guarantee pays; L3 minus L2 is agentrt's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.client import Endpoint, sse
+from bench.common import (
+    ROOT,
+    Figures,
+    Proc,
+    env_for,
+    free_port,
+    postgres_cpu_seconds,
+    processes,
+    run_async,
+    start_stack,
+    write_scripts,
+)
+from bench.engine import AGENT_SCRIPT, Engine, engine
+from bench.floor_log import Pool, durable_run, event_pool
+from bench.floor_report import LEVELS, RUNG_TEXT, RUNGS, Series, tables, verdicts
+from bench.overhead import Sample, agentrt_run, conversations
+
+
+async def batch(
+    one: Callable[[], Awaitable[float]],
+    runs: int,
+    concurrency: int,
+    cpu: Callable[[], float],
+    database_url: str,
+) -> Sample:
+    """Run `one` `runs` times, `concurrency` at a time; note latencies, runs/s and CPU per run."""
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+
+    async def timed() -> None:
+        async with gate:
+            latencies.append(await one())
+
+    cpu0, pg0 = cpu(), postgres_cpu_seconds(database_url)
+    started = time.perf_counter()
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(timed() for _ in range(runs)))
+    rate = runs / (time.perf_counter() - started)
+    pg = (postgres_cpu_seconds(database_url) - pg0) / runs
+    return Sample(latencies, rate, (cpu() - cpu0) / runs, pg)
+
+
+def start_floor_server(database_url: str, limit_s: float = 60) -> Proc:
+    """Start bench/floor_server.py on a free port; wait until it answers /readyz."""
+    port = free_port()
+    fd, log = tempfile.mkstemp(prefix="agentrt-bench-floor-", suffix=".log")
+    args = [sys.executable, "-m", "bench.floor_server", "--port", str(port)]
+    with os.fdopen(fd, "wb") as out:
+        popen = subprocess.Popen(
+            [*args, "--database-url", database_url],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    proc = Proc(popen, f"http://127.0.0.1:{port}", Path(log))
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200:
+                return proc
+        if popen.poll() is not None:
+            raise RuntimeError(f"the floor server exited at start:\n{proc.tail()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(f"the floor server did not become ready:\n{proc.tail()}")
+
+
+@dataclass
+class Rungs:
+    """What each rung needs: the in-process engine and pool, the two servers."""
+
+    eng: Engine
+    pool: Pool
+    floor_ep: Endpoint
+    floor_proc: Proc
+    agentrt_ep: Endpoint
+    agentrt_procs: list[Proc]
+    database_url: str
+    counts: set[int] = field(default_factory=set)  # events per run seen by L1 and L2 clients
+    commits: dict[int, list[int]] = field(default_factory=dict)  # of L1 runs, by concurrency
+    concurrency: int = 1
+
+    async def l0(self) -> float:
+        """One engine run; its seconds."""
+        return (await self.eng.run())[2]
+
+    async def l1(self) -> float:
+        """One run with its events committed, in this process; its seconds."""
+        started = time.perf_counter()
+        events, commits = await durable_run(self.eng, self.pool)
+        self.counts.add(events)
+        self.commits.setdefault(self.concurrency, []).append(commits)
+        return time.perf_counter() - started
+
+    async def l2(self) -> float:
+        """One run POSTed to the floor server and read to its terminal event; its seconds."""
+        started = time.perf_counter()
+        times = await sse(self.floor_ep, "/runs", method="POST", payload={"input": "go"})
+        if times.terminal != "run.completed":
+            raise RuntimeError(f"a floor-server run ended {times.terminal or 'without an end'}")
+        self.counts.add(times.events)
+        return float(times.end - started)
+
+    async def sample(self, rung: str, runs: int, concurrency: int) -> Sample:
+        """One batch of `rung`; agentrt's conversations are made before the timing starts."""
+        url, self.concurrency = self.database_url, concurrency
+        if rung == "L0":
+            return await batch(self.l0, runs, concurrency, time.process_time, url)
+        if rung == "L1":
+            return await batch(self.l1, runs, concurrency, time.process_time, url)
+        if rung == "L2":
+            return await batch(self.l2, runs, concurrency, self.floor_proc.cpu_seconds, url)
+        convs = iter(await conversations(self.agentrt_ep, runs))
+        procs = self.agentrt_procs
+        return await batch(
+            lambda: agentrt_run(self.agentrt_ep, next(convs)),
+            runs,
+            concurrency,
+            lambda: sum(p.cpu_seconds() for p in procs),
+            url,
+        )
+
+
+async def measure(
+    database_url: str, procs: list[Proc], floor_proc: Proc, runs: dict[int, int], repeats: int
+) -> Series:
+    """Run the four rungs back to back at each concurrency, `repeats` times."""
+    series = Series()
+    assert procs[0].url is not None and floor_proc.url is not None
+    async with engine(database_url) as eng, event_pool(database_url) as pool:
+        eng.durability = "sync"
+        rungs = Rungs(
+            eng,
+            pool,
+            Endpoint.of(floor_proc.url),
+            floor_proc,
+            Endpoint.of(procs[0].url),
+            procs,
+            database_url,
+        )
+        for rung in RUNGS:  # warm up every path: imports, pools, caches
+            await rungs.sample(rung, 10, 2)
+        series.idle = await idle_cpu(database_url, procs)
+        for _ in range(repeats):
+            for c in LEVELS:
+                for rung in RUNGS:
+                    series.loads.append(os.getloadavg()[0])
+                    series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
+        series.logged = await check_log(pool, rungs.counts)
+        series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
+    return series
+
+
+async def idle_cpu(database_url: str, procs: list[Proc], seconds: float = 5) -> tuple[float, float]:
+    """CPU seconds per second that Postgres and agentrt's processes use with no run at all.
+
+    Every process stays up throughout, so this background is in every rung's figures.
+    """
+    pg0, ours0 = postgres_cpu_seconds(database_url), sum(p.cpu_seconds() for p in procs)
+    await asyncio.sleep(seconds)
+    pg = (postgres_cpu_seconds(database_url) - pg0) / seconds
+    return pg, (sum(p.cpu_seconds() for p in procs) - ours0) / seconds
+
+
+async def check_log(pool: Pool, counts: set[int]) -> tuple[int, int]:
+    """Check that every L1/L2 run's log is gapless and complete; return (runs, events per run).
+
+    A floor that lost or reordered events would be cheaper than the guarantee it stands for.
+    """
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS runs, count(*) FILTER (WHERE n <> top OR low <> 1) AS gapped, "
+            "min(n) AS least, max(n) AS most FROM (SELECT count(*) AS n, max(seq) AS top, "
+            "min(seq) AS low FROM floor_events GROUP BY run_id) AS per_run"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    if row["gapped"] or row["least"] != row["most"] or counts != {row["most"]}:
+        raise RuntimeError(f"the floor's event log is not gapless and complete: {row}, {counts}")
+    return int(row["runs"]), int(row["most"])
+
+
+def main(database_url: str, quick: bool) -> Figures:
+    """Measure the rungs L0-L3 back to back and say where each target is lost."""
+    figures = Figures(
+        "The guarantee floor: engine, durable events, HTTP", "make bench (bench/floor.py)"
+    )
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-floor-"))
+    env = env_for(
+        database_url,
+        scripted_models_file=str(write_scripts(folder, {"bench": AGENT_SCRIPT})),
+        user_max_active_runs=64,
+        tenant_max_active_runs=128,
+    )
+    runs = {1: 20, 8: 40} if quick else {1: 60, 8: 160}
+    repeats = 1 if quick else 3
+    procs = start_stack(env, workers=1, concurrency=32)
+    with processes(procs):
+        floor_proc = start_floor_server(database_url)
+        with processes([floor_proc]):
+            series = run_async(measure(database_url, procs, floor_proc, runs, repeats))
+
+    figures.add(RUNG_TEXT)
+    figures.add("")
+    figures.add(
+        f"{repeats} repeat(s); in each, the four rungs run back to back at concurrency 1 "
+        f"({runs[1]} runs each), then at concurrency 8 ({runs[8]} runs each); every process "
+        "stays up throughout, on one embedded Postgres (pools of up to 20 connections). "
+        "Latencies are pooled over the repeats; runs/s and CPU are medians over the repeats, "
+        "and against L0 or the rung before they are paired within each repeat (medians of the "
+        "per-repeat differences and ratios), so the steps need not add up. "
+        "Python CPU is the benchmark process's for L0 and L1, the floor server's for L2, "
+        "API + worker for L3; Postgres CPU is the whole server's. Checked after the runs: all "
+        f"{series.logged[0]} L1 and L2 runs hold exactly {series.logged[1]} events each in "
+        "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all. "
+        f"With no run at all, Postgres used {series.idle[0] * 1000:.1f} ms of CPU per second "
+        f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
+        "5 s after the warm-up); that background is in every rung's figures. An L1 run's "
+        f"{series.logged[1]} events took a median of {series.commits[1]:g} commits at "
+        f"concurrency 1 and {series.commits[8]:g} at concurrency 8. The machine's load "
+        f"average (1 min) while it ran: {min(series.loads):.2f} to {max(series.loads):.2f}; "
+        "this benchmark's own processes make up to about 2 of it, the rest is other work."
+    )
+    figures.add("")
+    for line in tables(series):
+        figures.add(line)
+    figures.add("")
+    figures.add("Against the targets of the runtime-overhead section, the floor (L2) first:")
+    figures.add("")
+    for line in verdicts(series):
+        figures.add(line)
+    return figures

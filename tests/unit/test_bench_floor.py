@@ -1,0 +1,62 @@
+"""The guarantee floor: its verdicts follow its figures; its events carry what clients need."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessageChunk
+
+from bench.floor_log import encode
+from bench.floor_report import RUNGS, Series, tables, verdicts
+from bench.overhead import Sample
+
+# Per rung: latency (s), runs/s, Python CPU per run (s), Postgres CPU per run (s).
+FIGURES = {
+    "L0": (0.040, 20.0, 0.040, 0.008),
+    "L1": (0.046, 18.0, 0.045, 0.012),
+    "L2": (0.050, 17.0, 0.046, 0.013),
+    "L3": (0.100, 10.0, 0.090, 0.035),
+}
+
+
+def series(latency_l2: list[float]) -> Series:
+    s = Series()
+    for repeat, l2 in enumerate(latency_l2):
+        for rung in RUNGS:
+            latency, rate, cpu, pg = FIGURES[rung]
+            latency = l2 if rung == "L2" else latency
+            for c in (1, 8):
+                s.samples[rung][c].append(Sample([latency] * 5, rate, cpu, pg + repeat * 1e-6))
+    return s
+
+
+def test_a_floor_within_every_target_leaves_the_misses_to_agentrt() -> None:
+    lines = verdicts(series([0.050, 0.050, 0.050]))
+    assert len(lines) == 4
+    assert all("can meet the target in principle" in line for line in lines)
+    assert "agentrt (L3): 2.50x" in lines[0]
+
+
+def test_a_floor_beyond_a_target_names_the_guarantee() -> None:
+    latency = verdicts(series([0.080, 0.080, 0.080]))[0]
+    assert "L2 2.00x L0" in latency
+    assert "the floor itself misses the target" in latency
+    assert "commits every event before it delivers it" in latency
+
+
+def test_repeats_on_both_sides_of_a_target_call_no_side() -> None:
+    latency = verdicts(series([0.050, 0.050, 0.070]))[0]
+    assert "too close to call" in latency
+    assert "1.25x to 1.75x" in latency
+
+
+def test_tables_show_each_rung_against_l0_and_the_rung_before() -> None:
+    text = "\n".join(tables(series([0.050] * 3)))
+    assert "| L2 + HTTP/SSE server (n=15) | 50.0 ms | 50.0 ms | 1.25x | +4.0 ms (1.09x) |" in text
+    assert "| L3 agentrt | 10.0 | 0.50x | -7.0 (0.59x) |" in text
+
+
+def test_a_streamed_chunk_is_logged_as_its_text_only() -> None:
+    chunk = AIMessageChunk(content="word ", id="run-1", response_metadata={"model": "x" * 500})
+    assert encode(("messages", (chunk, {"langgraph_node": "call_model"}))) == (
+        '{"type": "delta", "text": "word "}'
+    )
+    assert encode(("updates", {"call_model": {}})) == '{"type": "step", "nodes": ["call_model"]}'
