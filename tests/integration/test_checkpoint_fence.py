@@ -90,26 +90,6 @@ async def test_the_lease_holders_event_append_does_not_wait_for_its_own_checkpoi
         await pool.putconn(writing)
 
 
-async def test_a_takeover_skips_a_run_whose_checkpoint_write_is_in_flight(pool: Pool) -> None:
-    conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
-    run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
-    async with pool.connection() as conn:
-        await conn.execute(
-            "UPDATE runs SET lease_generation = 1, status = 'running', lease_owner = 'w1',"
-            " lease_expires_at = now() - interval '1 minute' WHERE id = %s",
-            (run.id,),
-        )
-    writing = await _fenced_write_in_flight(pool, run.id, 1)
-    try:
-        async with pool.connection() as conn, conn.transaction():
-            assert run.id not in [r["id"] for r in await lock_expired_leases(conn)]
-    finally:
-        await writing.execute("COMMIT")
-        await pool.putconn(writing)
-    async with pool.connection() as conn, conn.transaction():
-        assert run.id in [r["id"] for r in await lock_expired_leases(conn)]
-
-
 async def _expired(pool: Pool) -> str:
     """A running run at lease generation 1 whose lease ran out."""
     conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
@@ -121,6 +101,19 @@ async def _expired(pool: Pool) -> str:
             (run.id,),
         )
     return run.id
+
+
+async def test_a_takeover_skips_a_run_whose_checkpoint_write_is_in_flight(pool: Pool) -> None:
+    run_id = await _expired(pool)
+    writing = await _fenced_write_in_flight(pool, run_id, 1)
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            assert run_id not in [r["id"] for r in await lock_expired_leases(conn)]
+    finally:
+        await writing.execute("COMMIT")
+        await pool.putconn(writing)
+    async with pool.connection() as conn, conn.transaction():
+        assert run_id in [r["id"] for r in await lock_expired_leases(conn)]
 
 
 async def test_a_fenced_write_in_flight_holds_no_lock_on_the_runs_row(pool: Pool) -> None:
