@@ -217,7 +217,8 @@ def main(database_url: str, quick: bool) -> Figures:
 
     figures.add(
         "Topology: one API process (`agentrt serve --no-workers`) and one worker process "
-        "(concurrency 32), against the engine in one process; both on the same embedded "
+        '(concurrency 32), against the engine in one process (`durability="sync"`, as agentrt\'s '
+        "executor); both on the same embedded "
         f"Postgres, pool of 20 connections each. {repeats} repeat(s), engine and agentrt back "
         "to back in each; figures are medians over the repeats. A run is one request: the "
         "message POSTed with `?stream=true`, read to `run.completed`."
