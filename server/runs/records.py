@@ -313,9 +313,7 @@ async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
 # conversation runs one run at a time, in order (docs/decisions/0007). Only users holding
 # leases can have a count above zero, so the best run is the best of one candidate per such
 # user and the oldest run of everyone else: index walks that stop at the first claimable
-# run, whatever the queue's length (docs/decisions/1900). A run whose checkpoint write is
-# still in flight (an attempt stopped mid-write) is skipped: the claim moves the lease
-# generation on, so it must hold the run's fence lock exclusively (docs/decisions/1980).
+# run, whatever the queue's length (docs/decisions/1900).
 _CLAIMABLE = f"""
       (r.not_before IS NULL OR r.not_before <= now())
       AND COALESCE(ta.n, 0) < COALESCE(
@@ -324,7 +322,6 @@ _CLAIMABLE = f"""
           SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
             AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
                  OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
-      AND pg_try_advisory_xact_lock(7301, agentrt_fence_key(r.id))
 """
 _USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int, %(user_max)s)"
 _CLAIM = f"""
@@ -357,8 +354,15 @@ WITH user_active AS (
     ORDER BY r.created_at LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
 ), next AS (
-    SELECT id FROM (SELECT * FROM held UNION ALL SELECT * FROM fresh) c
-    ORDER BY n, created_at LIMIT 1
+    -- The claim moves the lease generation on, so it must hold the run's fence lock
+    -- exclusively: a candidate whose checkpoint write is still in flight (an attempt stopped
+    -- mid-write) is passed over (docs/decisions/1980). OFFSET 0 keeps the filter above the
+    -- sort, so the lock is tried on the candidates in order and only until one is taken.
+    SELECT id FROM (
+        SELECT * FROM held UNION ALL SELECT * FROM fresh ORDER BY n, created_at OFFSET 0
+    ) c
+    WHERE pg_try_advisory_xact_lock(7301, agentrt_fence_key(c.id))
+    LIMIT 1
 )
 UPDATE runs SET
     lease_owner = %(owner)s,

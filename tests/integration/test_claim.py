@@ -70,23 +70,21 @@ async def test_a_run_whose_checkpoint_write_is_in_flight_is_claimed_after_the_wr
     params = claim_params(settings, "test-worker")
     async with pool.connection() as conn:
         await conn.execute("UPDATE runs SET status = 'completed' WHERE status = 'queued'")
-    older = await create_run(
-        pool, WHO, (await create_conversation(pool, WHO, None, None, {}))["id"], "a", "demo", {}
-    )
-    newer = await create_run(
-        pool, WHO, (await create_conversation(pool, WHO, None, None, {}))["id"], "b", "demo", {}
-    )
-    # An attempt stopped while a checkpoint write of the older run was between fence and commit.
+    conv = await create_conversation(pool, WHO, None, None, {})
+    run = await create_run(pool, WHO, conv["id"], "a", "demo", {})
+    # An attempt stopped while a checkpoint write of the run was between fence and commit.
     writing = await pool.getconn()
     try:
         await writing.execute("BEGIN")
-        await writing.execute("SELECT agentrt_fence(%s, %s)", (older.id, older.lease_generation))
+        await writing.execute("SELECT agentrt_fence(%s, %s)", (run.id, run.lease_generation))
         async with pool.connection() as conn, conn.transaction():
-            claim = await claim_next(conn, params)
-        assert claim is not None and claim.run.id == newer.id, "the older run is skipped"
+            claim, backlog = await claim_reporting_backlog(conn, params)
+        assert claim is None, "a takeover must not overtake a write that passed the fence"
+        assert backlog, "the run is still queued: the worker will look again"
     finally:
         await writing.execute("COMMIT")
         await pool.putconn(writing)
     async with pool.connection() as conn, conn.transaction():
         claim = await claim_next(conn, params)
-    assert claim is not None and claim.run.id == older.id
+    assert claim is not None and claim.run.id == run.id
+    assert claim.run.lease_generation == run.lease_generation + 1
