@@ -207,8 +207,9 @@ def main(database_url: str, quick: bool) -> Figures:
     # The default deployment (`make run`): one process serves the API and runs the workers.
     # Its own database, so that neither stack's workers claim the other's runs.
     one_url = database_url_for(database_url, "bench_overhead_one_process")
-    one_env = {**env_for(one_url, worker_concurrency=32), **_settings_of(env)}
-    api = start_api(one_env, workers=True)
+    api = start_api(
+        {**env, "DATABASE_URL": one_url, "AGENTRT_WORKER_CONCURRENCY": "32"}, workers=True
+    )
     assert api.url is not None
     with processes([api]):
         one = run_async(
@@ -287,10 +288,6 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(f"agentrt runs/s at concurrency 32 across repeats: {trust(rates)}.")
     _one_process(figures, one)
     return figures
-
-
-def _settings_of(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith("AGENTRT_")}
 
 
 def _one_process(figures: Figures, one: Series) -> None:
