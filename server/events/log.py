@@ -201,9 +201,11 @@ def _params(
     after_end = is_terminal(head.status)
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
+    datas = [json.dumps(e.data) for e in stored]
     return {
         "seq": new.seq,
-        "snapshot": Jsonb(new.snapshot),
+        # JSON text, not `Jsonb`: Postgres parses it into the jsonb column all the same.
+        "snapshot": json.dumps(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "after_end": after_end,
@@ -220,15 +222,31 @@ def _params(
         "generation": generation,
         "ts": now,
         "attempt": new.attempt,
-        "seqs": [e.seq for e in stored],
-        "types": [str(e.type) for e in stored],
-        "datas": [json.dumps(e.data) for e in stored],
+        # The batch as one JSON array: psycopg dumps one string in C, where three arrays
+        # went through its Python array dumper, element by element.
+        "events": _batch_json(stored, datas),
+        "datas": datas,
         "events_channel": EVENTS_CHANNEL,
         "payload": pointer(head.run_id, new.seq),
         "carried": carried_head(head.run_id, new.seq, now),
         "runs_channel": RUNS_CHANNEL,
         "queued": status == RunStatus.QUEUED,
     }
+
+
+def _batch_json(stored: list[StoredEvent], datas: list[str]) -> str:
+    """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
+
+    Each data is already JSON text, and is put in as it is.
+    """
+    return (
+        "["
+        + ",".join(
+            f'{{"seq":{e.seq},"type":{json.dumps(str(e.type))},"data":{data}}}'
+            for e, data in zip(stored, datas, strict=True)
+        )
+        + "]"
+    )
 
 
 def error_details(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -72,9 +72,8 @@ RETURNING id
 _APPEND = f"""
 WITH moved AS ({_MOVE}), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
-    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data::jsonb
-    FROM moved, unnest(%(seqs)s::bigint[], %(types)s::text[], %(datas)s::text[])
-        AS e(seq, type, data)
+    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data
+    FROM moved, jsonb_to_recordset(%(events)s::jsonb) AS e(seq bigint, type text, data jsonb)
     RETURNING seq, type, data::text AS data
 ), carried AS (
     SELECT %(carried)s || string_agg(seq || ' ' || type || ' ' || data, E'\\n' ORDER BY seq)

@@ -124,3 +124,34 @@ async def test_an_illegal_event_stores_nothing(pool: Pool) -> None:
         head = await load_head(conn, run_id, lock=False)
         assert head.seq == 1 and head.status == "queued"
         assert len(await read_events(conn, run_id, 0, 100)) == 1
+
+
+async def test_event_data_and_snapshot_text_are_stored_exactly(pool: Pool) -> None:
+    """Data with quotes, backslashes, newlines, non-ASCII text and nesting comes back equal."""
+    run_id = await new_run(pool)
+    generation = await claim(pool, run_id)
+    tricky = {
+        "text": 'he said "hi"\\n\tthen\nleft: ünïcödé, 中文, emoji 🙂',
+        "nested": {"list": [1, 2.5, None, True, {"k": "v\\"}], "empty": {}},
+        "big": 2**53 + 1,
+    }
+    async with pool.connection() as conn:
+        head = await load_head(conn, run_id, lock=False)
+        await append_events(
+            conn,
+            run_id,
+            [
+                NewEvent("message.item.created", {"itemId": "a"}),
+                NewEvent("message.item.delta", {"itemId": "a", "delta": tricky["text"]}),
+                NewEvent("note", tricky),
+            ],
+            generation=generation,
+            head=head,
+        )
+        events = await read_events(conn, run_id, head.seq, 100)
+        stored = await load_head(conn, run_id, lock=False)
+    assert [json.loads(payload)["data"] for _, _, payload in events][1:] == [
+        {"itemId": "a", "delta": tricky["text"]},
+        tricky,
+    ]
+    assert stored.snapshot["items"][0]["text"] == tricky["text"]
