@@ -127,10 +127,9 @@ async def _conclude(
         deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
         elapsed = (datetime.now(UTC) - run.created_at).total_seconds()
         deps.metrics.observe_run_end(run.tenant_id, outcome.kind, elapsed)
-    try:
-        await deps.tracing.sink.flush()
-    except Exception:
-        log.exception("run %s: storing its spans failed; they will be retried", run_id)
+    # The spans are stored before the run's final event, while the writer stores the events
+    # still queued: neither waits for the other's commit. Errors are the writer's to raise, below.
+    await asyncio.gather(_store_spans(deps, run_id), writer.flush(), return_exceptions=True)
     if outcome.kind == "completed":
         await _complete(writer, run)
     elif outcome.kind == "suspended":
@@ -156,6 +155,13 @@ async def _conclude(
                 "run %s failed: %s: %s", run_id, outcome.data["errorType"], outcome.data["message"]
             )
         await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data)
+
+
+async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
+    try:
+        await deps.tracing.sink.flush()
+    except Exception:
+        log.exception("run %s: storing its spans failed; they will be retried", run_id)
 
 
 async def _finish(
