@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
@@ -275,9 +276,8 @@ class ResilientModelCaller:
                 provider=choice.provider,
                 model=choice.name,
             )
-        merged = chunks[0]
-        for chunk in chunks[1:]:
-            merged = merged + chunk
+        # All at once: adding them one by one copies the growing message at every chunk.
+        merged = add_ai_message_chunks(chunks[0], *chunks[1:])
         message = message_chunk_to_message(merged)
         assert isinstance(message, AIMessage)
         finish = message.response_metadata.get("finish_reason")
