@@ -8,7 +8,7 @@ back a typed `Run`; every status filter is built from the sets in server/domain.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
@@ -158,11 +158,12 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             "inputMessageId": message_id,
         },
     )
-    await conn.execute(
+    # Its row is read with the next round trip, the append's (the connection is pipelined).
+    inserted = await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
         " input_message_id, principal_roles, agent_name, agent_version, not_before)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-        " now() + make_interval(secs => %s::float))",
+        " now() + make_interval(secs => %s::float)) RETURNING *",
         (
             run_id,
             new.conversation_id,
@@ -176,8 +177,11 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             new.after_s,
         ),
     )
-    await append_events(conn, run_id, head=new_head(run_id), events=[created])
-    return await get_run(conn, who, run_id)
+    head, _ = await append_events(conn, run_id, head=new_head(run_id), events=[created])
+    row = await inserted.fetchone()
+    assert row is not None
+    # What the append changed besides: updated_at is now() again, the same in one transaction.
+    return replace(Run.from_row(row), last_event_seq=head.seq, snapshot=head.snapshot)
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
