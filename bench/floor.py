@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.client import Endpoint, sse
+from bench.client import Endpoint, request, sse
 from bench.common import (
     ROOT,
     Figures,
@@ -46,7 +46,7 @@ from bench.common import (
 from bench.engine import AGENT_SCRIPT, Engine, engine
 from bench.floor_log import Pool, durable_run, event_pool
 from bench.floor_report import LEVELS, RUNG_TEXT, RUNGS, Series, tables, verdicts
-from bench.overhead import Sample, agentrt_run, conversations
+from bench.overhead import Sample, conversations
 
 
 async def batch(
@@ -111,6 +111,7 @@ class Rungs:
     database_url: str
     counts: set[int] = field(default_factory=set)  # events per run seen by L1 and L2 clients
     commits: dict[int, list[int]] = field(default_factory=dict)  # of L1 runs, by concurrency
+    firsts: dict[str, list[float]] = field(default_factory=dict)  # to the first event, by rung
     concurrency: int = 1
 
     async def l0(self) -> float:
@@ -132,7 +133,27 @@ class Rungs:
         if times.terminal != "run.completed":
             raise RuntimeError(f"a floor-server run ended {times.terminal or 'without an end'}")
         self.counts.add(times.events)
+        self._first("L2", times.first_event - started)
         return float(times.end - started)
+
+    async def l3(self, conversation: str) -> float:
+        """One agentrt run, as `bench.overhead.agentrt_run` streams it; its seconds."""
+        started = time.perf_counter()
+        times = await sse(
+            self.agentrt_ep,
+            f"/api/conversations/{conversation}/messages?stream=true",
+            method="POST",
+            payload={"content": "go", "model": "scripted:bench"},
+        )
+        if times.terminal != "run.completed":
+            raise RuntimeError(f"an agentrt run ended {times.terminal or 'without an end'}")
+        self._first("L3", times.first_event - started)
+        return float(times.end - started)
+
+    def _first(self, rung: str, seconds: float) -> None:
+        """Note the time to a run's first event (the POST to its first SSE frame), one at a time."""
+        if self.concurrency == 1:
+            self.firsts.setdefault(rung, []).append(seconds)
 
     async def sample(self, rung: str, runs: int, concurrency: int) -> Sample:
         """One batch of `rung`; agentrt's conversations are made before the timing starts."""
@@ -146,7 +167,7 @@ class Rungs:
         convs = iter(await conversations(self.agentrt_ep, runs))
         procs = self.agentrt_procs
         return await batch(
-            lambda: agentrt_run(self.agentrt_ep, next(convs)),
+            lambda: self.l3(next(convs)),
             runs,
             concurrency,
             lambda: sum(p.cpu_seconds() for p in procs),
@@ -174,6 +195,7 @@ async def measure(
         for rung in RUNGS:  # warm up every path: imports, pools, caches
             await rungs.sample(rung, 10, 2)
         series.idle = await idle_cpu(database_url, procs)
+        series.round_trip = await round_trip(rungs.floor_ep)
         for _ in range(repeats):
             for c in LEVELS:
                 for rung in RUNGS:
@@ -181,7 +203,18 @@ async def measure(
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
         series.logged = await check_log(pool, rungs.counts)
         series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
+        series.firsts = rungs.firsts
     return series
+
+
+async def round_trip(ep: Endpoint, count: int = 50) -> float:
+    """The median seconds of a `GET /readyz` of the floor server: an HTTP round trip."""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await request(ep, "GET", "/readyz")
+        times.append(time.perf_counter() - started)
+    return float(statistics.median(times))
 
 
 async def idle_cpu(database_url: str, procs: list[Proc], seconds: float = 5) -> tuple[float, float]:

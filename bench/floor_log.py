@@ -32,12 +32,16 @@ TABLE = (
     "(run_id text, seq int, data jsonb, PRIMARY KEY (run_id, seq))"
 )
 # One statement per batch: the rows and the NOTIFY commit together, in one round trip, and
-# the client does less work than for the same two statements pipelined.
+# the client does less work than for the same two statements pipelined. The batch goes as one
+# JSON array, as agentrt's appends do: psycopg dumps a string in C, arrays element by element.
 APPEND = (
     "WITH appended AS (INSERT INTO floor_events (run_id, seq, data) "
-    "SELECT %s, s, d::jsonb FROM unnest(%s::int[], %s::text[]) AS t(s, d)) "
+    "SELECT %s, s, d FROM jsonb_to_recordset(%s::jsonb) AS t(s int, d jsonb)) "
     "SELECT pg_notify('floor_events', %s)"
 )
+# A run's first event, committed before anything is delivered: a server that answers before
+# the run it accepted is stored can lose it.
+CREATED = json.dumps({"type": "run.created"})
 TERMINAL = json.dumps({"type": "run.completed"})
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
@@ -93,21 +97,26 @@ class _Writer:
         self.add(TERMINAL)
         self.closed = True
 
+    async def commit(self, batch: list[str]) -> None:
+        """Append `batch` after the events stored so far, commit, then deliver it."""
+        first = self.seq + 1
+        seqs = list(range(first, first + len(batch)))
+        notice = f"{self.run_id}:{seqs[-1]}"
+        rows = ",".join(f'{{"s":{n},"d":{data}}}' for n, data in zip(seqs, batch, strict=True))
+        async with self.pool.connection() as conn:
+            await conn.execute(APPEND, (self.run_id, f"[{rows}]", notice))
+        self.seq = seqs[-1]
+        self.commits += 1
+        if self.deliver is not None:
+            self.deliver(first, batch)
+
     async def run(self) -> None:
         while True:
             await self.wake.wait()
             self.wake.clear()
             if self.pending:
                 batch, self.pending = self.pending, []
-                first = self.seq + 1
-                seqs = list(range(first, first + len(batch)))
-                notice = f"{self.run_id}:{seqs[-1]}"
-                async with self.pool.connection() as conn:
-                    await conn.execute(APPEND, (self.run_id, seqs, batch, notice))
-                self.seq = seqs[-1]
-                self.commits += 1
-                if self.deliver is not None:
-                    self.deliver(first, batch)
+                await self.commit(batch)
             if self.closed and not self.pending:
                 return
 
@@ -118,10 +127,12 @@ async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -
     Returns the number of events the run logged and the number of commits that took.
 
     The graph input, config and context are those of `Engine.run`, with `durability="sync"`.
-    `deliver` receives each batch after its commit; the last batch holds the terminal event.
+    `deliver` receives each batch after its commit: first the run's `run.created` alone,
+    committed before the graph starts; the last batch holds the terminal event.
     """
     run_id = new_id("floor")
     writer = _Writer(pool, run_id, deliver)
+    await writer.commit([CREATED])
     task = asyncio.create_task(writer.run())
     config: RunnableConfig = {"configurable": {"thread_id": run_id}}
     context = RunContext(model=eng.model, tools=eng.tools)

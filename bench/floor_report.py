@@ -33,6 +33,9 @@ class Series:
     idle: tuple[float, float] = (0.0, 0.0)  # CPU s/s of Postgres and of agentrt, all idle
     commits: dict[int, float] = field(default_factory=dict)  # per L1 run, by concurrency
     loads: list[float] = field(default_factory=list)  # 1-minute load average at each batch
+    # Seconds from the POST to the first SSE event, one run at a time (L2 and L3).
+    firsts: dict[str, list[float]] = field(default_factory=dict)
+    round_trip: float = 0.0  # an HTTP round trip to the floor server (`GET /readyz`), median
 
     def median(self, rung: str, c: int, pick: str) -> float:
         """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
@@ -154,6 +157,17 @@ def verdicts(s: Series) -> list[str]:
         f"{pg['L3']:.2f}x",
         _share(1, pg["L2"], pg["L3"]),
     )
+    if s.firsts.get("L2") and s.firsts.get("L3"):
+        l2, l3 = (round(quantiles(s.firsts[r])["p50"] * 1000, 1) for r in ("L2", "L3"))
+        verdict(
+            "First event p50 (target ≤ 5 ms)",
+            f"L2's first event, its `run.created` committed before it is sent, comes "
+            f"{l2:.1f} ms after the POST (an HTTP round trip: {s.round_trip * 1000:.1f} ms)",
+            l2 <= 5,
+            [],
+            f"{l3:.1f} ms",
+            _share(s.round_trip * 1000, l2, l3).replace("from L0", "from a round trip"),
+        )
     return out
 
 
@@ -173,6 +187,22 @@ def tables(s: Series) -> list[str]:
             f"| {NAMES[r]} (n={len(s.latencies(r))}) | {_ms(q['p50'])} | {_ms(q['p95'])} | "
             f"{q['p50'] / p50['L0']:.2f}x | {step} |"
         )
+    if s.firsts:
+        lines += [
+            "",
+            "| concurrency 1 | first event p50 | p95 | against an HTTP round trip |",
+            "|---|---|---|---|",
+        ]
+        for r in ("L2", "L3"):
+            if s.firsts.get(r):
+                q = quantiles(s.firsts[r])
+                lines.append(
+                    f"| {NAMES[r]} (n={len(s.firsts[r])}) | {_ms(q['p50'])} | {_ms(q['p95'])} "
+                    f"| {q['p50'] / s.round_trip:.1f}x of {_ms(s.round_trip)} |"
+                    if s.round_trip
+                    else f"| {NAMES[r]} (n={len(s.firsts[r])}) | {_ms(q['p50'])} | "
+                    f"{_ms(q['p95'])} | |"
+                )
     lines += [
         "",
         "| concurrency 8 | runs/s | against L0 | step from the rung before | repeats |",
@@ -211,8 +241,10 @@ RUNG_TEXT = (
     "step's node names, a custom event's dict) with a gapless `seq`, appended to "
     "`floor_events` with a NOTIFY and committed before it counts as delivered, by one writer "
     "task per run that batches whatever is pending while its previous commit is in flight "
-    "(one statement per batch: the INSERT, via `unnest`, in a `WITH` whose `SELECT` is the "
-    "`pg_notify`, which costs the client less than the two statements pipelined); "
+    "(one statement per batch: the INSERT, of the batch sent as one JSON array, in a `WITH` "
+    "whose `SELECT` is the `pg_notify`, which costs the client less than the two statements "
+    "pipelined); the first event is the run's `run.created`, committed before the graph "
+    "starts (a server that answers before the run it accepted is stored can lose it), and "
     "the run ends when its last event is committed. L2 serves L1 from a separate process "
     "(Starlette under uvicorn, as agentrt's API): the client POSTs `/runs` and reads the "
     "committed events as SSE frames, handed to the response in-process. L1 and L2 leave out "

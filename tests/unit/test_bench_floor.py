@@ -60,3 +60,30 @@ def test_a_streamed_chunk_is_logged_as_its_text_only() -> None:
         '{"type": "delta", "text": "word "}'
     )
     assert encode(("updates", {"call_model": {}})) == '{"type": "step", "nodes": ["call_model"]}'
+
+
+def with_first_events(l2: float, l3: float) -> Series:
+    s = series([0.050] * 3)
+    s.firsts = {"L2": [l2] * 5, "L3": [l3] * 5}
+    s.round_trip = 0.0025
+    return s
+
+
+def test_a_first_event_within_the_target_at_the_floor_leaves_the_miss_to_agentrt() -> None:
+    s = with_first_events(0.004, 0.012)
+    first = verdicts(s)[-1]
+    assert first.startswith("- First event p50 (target ≤ 5 ms): L2's first event")
+    assert "4.0 ms after the POST (an HTTP round trip: 2.5 ms)" in first
+    assert "can meet the target in principle" in first and "agentrt (L3): 12.0 ms" in first
+    assert "the floor is 16% of agentrt's distance from a round trip" in first
+    assert "| L3 agentrt (n=5) | 12.0 ms | 12.0 ms | 4.8x of 2.5 ms |" in "\n".join(tables(s))
+
+
+def test_a_first_event_beyond_the_target_at_the_floor_names_the_guarantee() -> None:
+    first = verdicts(with_first_events(0.007, 0.012))[-1]
+    assert "the floor itself misses the target" in first
+    assert "commits every event before it delivers it" in first
+
+
+def test_without_first_events_there_is_no_first_event_verdict() -> None:
+    assert len(verdicts(series([0.050] * 3))) == 4
