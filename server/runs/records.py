@@ -81,14 +81,23 @@ async def create_run(
         conversation_id, content, model, options, if_busy, user_limit, model_source, agent, after_s
     )
 
-    async def insert(conn: Conn) -> Run:
+    async def insert(conn: Conn, _conversation: dict[str, Any]) -> Run:
         return await _insert_run(conn, who, new)
 
     return await _in_locked_conversation(pool, who, conversation_id, insert)
 
 
+# Builds the run of a posted message from its conversation's row, inside the transaction
+# that holds the row's lock (the run's agent and model may come from the conversation).
+RunBuilder = Callable[[Conn, dict[str, Any]], Awaitable[NewRun]]
+
+
 async def accept_message(
-    pool: Pool, who: Principal, new: NewRun, idempotency: IdempotencyKey | None = None
+    pool: Pool,
+    who: Principal,
+    conversation_id: str,
+    build: RunBuilder,
+    idempotency: IdempotencyKey | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Create the run of a posted message; return the API's answer and whether it is a replay.
 
@@ -96,43 +105,54 @@ async def accept_message(
     first answer is returned; the key is checked before the busy policy and the limits, so a
     retry is never refused because of the run the first attempt created.
 
+    Args:
+        pool: The pool.
+        who: The caller.
+        conversation_id: The conversation the message is posted to.
+        build: The run to create, from the conversation's locked row; any error it raises
+            (an unknown agent or model) leaves nothing stored.
+        idempotency: The request's idempotency key, if any.
+
     Raises:
+        ConversationNotFoundError: no such conversation for the caller's tenant.
         IdempotencyKeyReusedError: the key was used with a different body.
     """
 
-    async def insert(conn: Conn) -> tuple[dict[str, Any], bool]:
+    async def insert(conn: Conn, conversation: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         if idempotency is not None:
-            earlier = await find_response(conn, new.conversation_id, idempotency)
+            earlier = await find_response(conn, conversation_id, idempotency)
             if earlier is not None:
                 return earlier, True
+        new = await build(conn, conversation)
         run = await _insert_run(conn, who, new)
         response = accepted_view(run, new.model_source)
         if idempotency is not None:
             await remember_response(
-                conn, who.tenant_id, new.conversation_id, idempotency, run.id, response
+                conn, who.tenant_id, conversation_id, idempotency, run.id, response
             )
         return response, False
 
-    return await _in_locked_conversation(pool, who, new.conversation_id, insert)
+    return await _in_locked_conversation(pool, who, conversation_id, insert)
 
 
 async def _in_locked_conversation(
     pool: Pool,
     who: Principal,
     conversation_id: str,
-    body: Callable[[Conn], Awaitable[T]],
+    body: Callable[[Conn, dict[str, Any]], Awaitable[T]],
 ) -> T:
     """Run `body` in a transaction holding the conversation's row lock; retry on deadlock.
 
-    The conversation's lock is taken before any run's: one lock order (docs/decisions/1020).
+    `body` is given the conversation's row as locked. The conversation's lock is taken
+    before any run's: one lock order (docs/decisions/1020).
     """
 
     async def attempt() -> T:
         # Pipelined: statements whose results nobody reads (the message's and the run's
         # INSERTs) go out with the next one that is read, saving their round trips.
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            await get_conversation(conn, who, conversation_id, lock=True)
-            return await body(conn)
+            conversation = await get_conversation(conn, who, conversation_id, lock=True)
+            return await body(conn, conversation)
 
     return await retry_deadlocks(attempt)
 

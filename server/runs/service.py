@@ -11,14 +11,13 @@ from typing import Any
 
 from server.agents.store import resolve_agent
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus
 from server.errors import InvalidRequestError
 from server.observability.metrics import Metrics
 from server.observability.traces import load_trace
 from server.observability.tracing import Tracing
 from server.runs.approvals import decide
-from server.runs.conversations import get_conversation
 from server.runs.idempotency import IdempotencyKey
 from server.runs.records import NewRun, accept_message, get_run, request_cancel
 from server.runs.toolbox import principal_toolbox
@@ -74,34 +73,38 @@ class RunService:
             IdempotencyKeyReusedError: the key was used with a different body.
         """
         settings = self.settings
-        async with self.pool.connection() as conn:
-            conversation = await get_conversation(conn, who, message.conversation_id)
+
+        async def build(conn: Conn, conversation: dict[str, Any]) -> NewRun:
+            # In the transaction that locks the conversation: its row is read once.
             agent = await resolve_agent(conn, who.tenant_id, message.agent or conversation["agent"])
-        pick = pick_model(
-            requested=message.model,
-            conversation_model=conversation["model"] or agent.spec.model,
-            text=message.content,
-            needs=message.needs,
-            rules=settings.model_routes,
-            default=settings.default_model,
+            pick = pick_model(
+                requested=message.model,
+                conversation_model=conversation["model"] or agent.spec.model,
+                text=message.content,
+                needs=message.needs,
+                rules=settings.model_routes,
+                default=settings.default_model,
+            )
+            model = self.models.validate(pick.model_id)
+            options = dict(message.options)
+            if agent.spec.run_timeout_seconds is not None:
+                options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
+            limits = settings.tenant_limits.get(who.tenant_id, {})
+            user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
+            return NewRun(
+                message.conversation_id,
+                message.content,
+                model,
+                options,
+                if_busy=message.if_busy or settings.conversation_busy_policy,
+                user_limit=user_limit if settings.limit_policy == "reject" else None,
+                model_source=pick.source,
+                agent=(agent.name, agent.version),
+            )
+
+        accepted, replayed = await accept_message(
+            self.pool, who, message.conversation_id, build, message.idempotency
         )
-        model = self.models.validate(pick.model_id)
-        options = dict(message.options)
-        if agent.spec.run_timeout_seconds is not None:
-            options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
-        limits = settings.tenant_limits.get(who.tenant_id, {})
-        user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
-        new = NewRun(
-            message.conversation_id,
-            message.content,
-            model,
-            options,
-            if_busy=message.if_busy or settings.conversation_busy_policy,
-            user_limit=user_limit if settings.limit_policy == "reject" else None,
-            model_source=pick.source,
-            agent=(agent.name, agent.version),
-        )
-        accepted, replayed = await accept_message(self.pool, who, new, message.idempotency)
         if not replayed:
             self.metrics.events_written.inc()  # run.created
         return accepted, replayed
