@@ -97,8 +97,13 @@ async def test_ctrl_c_on_run_says_how_to_follow_or_cancel(env: dict[str, str], s
         run_id = watcher.output[0].split()[1]
         async with httpx.AsyncClient(base_url=server) as http:
             await wait_for_event(http, f"/api/runs/{run_id}/events", "message.item.delta")
+        state = watcher.signal_state()
         watcher.signal(signal.SIGINT)
-        assert await watcher.wait(limit_s=30) == 130
+        try:
+            code = await watcher.wait(limit_s=30)
+        except TimeoutError:
+            raise AssertionError(f"`agentrt run` outlived SIGINT by 30 s ({state})") from None
+        assert code == 130
         text = "\n".join(watcher.output)
         assert no_traceback(watcher.output), text
         assert f"run {run_id} continues" in text

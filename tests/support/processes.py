@@ -68,9 +68,16 @@ class WorkerProcess:
             env=self.env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=_signals_as_from_a_shell,
         )
         self._reader = asyncio.create_task(self._read())
         return self
+
+    def signal_state(self) -> str:
+        """The process's blocked and ignored signal masks (Linux), for a failure's message."""
+        assert self.proc is not None
+        status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        return " ".join(line for line in status if line.startswith(("SigBlk", "SigIgn")))
 
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -109,6 +116,19 @@ class WorkerProcess:
                 self.proc.send_signal(signal.SIGCONT)
                 self.proc.kill()
             await self.wait()
+
+
+def _signals_as_from_a_shell() -> None:
+    """In the child, before exec: SIGINT and SIGTERM unblocked and at their defaults.
+
+    A child inherits its parent's signal mask and ignored signals; a test process whose
+    libraries blocked or ignored them (for a moment, in the thread that spawns) would start
+    commands that a Ctrl-C cannot stop, as no shell ever starts them.
+    """
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    for signum in signals:
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def worker_env(database_url: str, **settings: Any) -> dict[str, str]:
