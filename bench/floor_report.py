@@ -76,11 +76,11 @@ def _against(s: Series, rung: str, base: str, c: int, pick: str) -> str:
     return f"{shown} ({ratio:.2f}x)"
 
 
-def _share(l0: float, l2: float, l3: float) -> str:
-    """How much of agentrt's distance from L0 the floor (L2) accounts for."""
+def _share(l0: float, l2: float, l3: float, base: str = "L0") -> str:
+    """How much of agentrt's distance from `base` (figure `l0`) the floor (L2) accounts for."""
     if l3 == l0:
-        return "agentrt is at L0"
-    return f"the floor is {(l2 - l0) / (l3 - l0):.0%} of agentrt's distance from L0"
+        return f"agentrt is at {base}"
+    return f"the floor is {(l2 - l0) / (l3 - l0):.0%} of agentrt's distance from {base}"
 
 
 def verdicts(s: Series) -> list[str]:
@@ -166,7 +166,7 @@ def verdicts(s: Series) -> list[str]:
             l2 <= 5,
             [],
             f"{l3:.1f} ms",
-            _share(s.round_trip * 1000, l2, l3).replace("from L0", "from a round trip"),
+            _share(s.round_trip * 1000, l2, l3, base="a round trip"),
         )
     return out
 
