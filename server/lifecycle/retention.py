@@ -11,6 +11,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
+from psycopg.errors import LockNotAvailable
+
 from server.db.pool import Conn, Pool
 from server.lifecycle.erasure import resume_erasures
 from server.lifecycle.policy import effective, installation_default, tenant_overrides
@@ -41,6 +43,7 @@ class Removed:
     ledger: int = 0
     audit: int = 0
     partitions_dropped: list[str] = field(default_factory=list)
+    partitions_deferred: list[str] = field(default_factory=list)
     partitions_created: int = 0
     erasures_resumed: int = 0
 
@@ -106,32 +109,24 @@ async def _expire_logs(
             removed.expired_runs += len(rows)
 
 
-async def _drop_partition(conn: Conn, table: str, name: str, day: date, removed: Removed) -> None:
-    """Drop one old partition; events of runs whose logs must stay move to the default first."""
+async def _drop_partition(
+    conn: Conn, table: str, name: str, day: date, lock_timeout_s: float, removed: Removed
+) -> None:
+    """Drop one old partition; events of runs whose logs must stay move to the default first.
+
+    Detaching takes an ACCESS EXCLUSIVE lock on the parent table, and every append or read
+    queues behind the request while it waits: a transaction holding the table (a long export)
+    would stall them all. The wait is bounded by `lock_timeout_s`; on timeout nothing is
+    changed and the day is left for the next pass.
+    """
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    async with conn.transaction():
-        count = await conn.execute(f'SELECT count(*) AS n FROM "{name}"')
-        row = await count.fetchone()
-        rows = int(row["n"]) if row else 0
-        kept = 0
-        await conn.execute(f'ALTER TABLE {table} DETACH PARTITION "{name}"')
-        if table == "run_events":
-            # Runs still in progress, or ended within their retention, that lived that day:
-            # their events move to the default partition (the day has no partition now).
-            cur = await conn.execute(
-                "SELECT id FROM runs WHERE events_expired_at IS NULL"
-                " AND created_at - interval '1 day' < %(end)s"
-                " AND updated_at + interval '1 day' >= %(start)s",
-                {"start": start, "end": start + timedelta(days=1)},
-            )
-            keep = [r["id"] for r in await cur.fetchall()]
-            if keep:
-                moved = await conn.execute(
-                    f'INSERT INTO run_events SELECT * FROM "{name}" WHERE run_id = ANY(%s)',
-                    (keep,),
-                )
-                kept = moved.rowcount
-        await conn.execute(f'DROP TABLE "{name}"')
+    try:
+        async with conn.transaction():
+            kept, rows = await _detach_and_drop(conn, table, name, start, lock_timeout_s)
+    except LockNotAvailable:
+        log.warning("retention: %s is in use; dropping it is left for the next pass", name)
+        removed.partitions_deferred.append(name)
+        return
     gone = rows - kept
     if table == "run_events":
         removed.events += gone
@@ -142,12 +137,46 @@ async def _drop_partition(conn: Conn, table: str, name: str, day: date, removed:
     removed.partitions_dropped.append(name)
 
 
-async def _drop_partitions(conn: Conn, table: str, horizon: datetime, removed: Removed) -> None:
+async def _detach_and_drop(
+    conn: Conn, table: str, name: str, start: datetime, lock_timeout_s: float
+) -> tuple[int, int]:
+    """In the caller's transaction: detach and drop `name`; return (rows kept, rows before)."""
+    await conn.execute(
+        "SELECT set_config('lock_timeout', %s, true)", (f"{int(lock_timeout_s * 1000)}ms",)
+    )
+    count = await conn.execute(f'SELECT count(*) AS n FROM "{name}"')
+    row = await count.fetchone()
+    rows = int(row["n"]) if row else 0
+    kept = 0
+    await conn.execute(f'ALTER TABLE {table} DETACH PARTITION "{name}"')
+    if table == "run_events":
+        # Runs still in progress, or ended within their retention, that lived that day:
+        # their events move to the default partition (the day has no partition now).
+        cur = await conn.execute(
+            "SELECT id FROM runs WHERE events_expired_at IS NULL"
+            " AND created_at - interval '1 day' < %(end)s"
+            " AND updated_at + interval '1 day' >= %(start)s",
+            {"start": start, "end": start + timedelta(days=1)},
+        )
+        keep = [r["id"] for r in await cur.fetchall()]
+        if keep:
+            moved = await conn.execute(
+                f'INSERT INTO run_events SELECT * FROM "{name}" WHERE run_id = ANY(%s)',
+                (keep,),
+            )
+            kept = moved.rowcount
+    await conn.execute(f'DROP TABLE "{name}"')
+    return kept, rows
+
+
+async def _drop_partitions(
+    conn: Conn, table: str, horizon: datetime, lock_timeout_s: float, removed: Removed
+) -> None:
     """Drop the daily partitions of `table` whose whole day is older than `horizon`."""
     for name, day in await _partitions(conn, table):
         end = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
         if end <= horizon:
-            await _drop_partition(conn, table, name, day, removed)
+            await _drop_partition(conn, table, name, day, lock_timeout_s, removed)
     # Rows the default partition caught for days long gone (a job that did not run).
     if table == "run_events":
         gone = await conn.execute(
@@ -268,7 +297,9 @@ async def apply_retention(
                 "spans_days": now - timedelta(days=longest_spans),
             }
             for table, kind in PARTITIONED.items():
-                await _drop_partitions(conn, table, horizons[kind], removed)
+                await _drop_partitions(
+                    conn, table, horizons[kind], settings.retention_lock_timeout_s, removed
+                )
             shorter = {
                 tenant: days
                 for tenant, o in overrides.items()
