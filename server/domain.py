@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from server.errors import IllegalTransitionError
 
@@ -91,6 +91,20 @@ def status_in(statuses: Iterable[RunStatus], column: str = "status") -> str:
     """
     values = ", ".join(f"'{RunStatus(s).value}'" for s in sorted(statuses))
     return f"{column} IN ({values})"
+
+
+Phase = Literal["queued", "active"]
+
+
+def in_phase(phase: Phase, table: str = "") -> str:
+    """Render the SQL test of a run's phase: `queued` (QUEUED), or `active` (ACTIVE).
+
+    `runs.phase` is generated from the status (migration 0036), and the partial indexes of the
+    queue and the leases are built on it, so status flips within a phase stay HOT updates. A
+    query that should use those indexes tests the phase, as the planner does not infer it
+    from a test of the status.
+    """
+    return f"{table + '.' if table else ''}phase = '{phase}'"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,16 @@ from psycopg.types.json import Jsonb
 from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool, retry_deadlocks
-from server.domain import ACTIVE, COUNTED, IN_PROGRESS, TERMINAL, Run, RunStatus, status_in
+from server.domain import (
+    ACTIVE,
+    COUNTED,
+    IN_PROGRESS,
+    TERMINAL,
+    Run,
+    RunStatus,
+    in_phase,
+    status_in,
+)
 from server.errors import (
     ConversationBusyError,
     RunFinishedError,
@@ -351,15 +360,15 @@ _USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int
 _CLAIM = f"""
 WITH user_active AS (
     SELECT tenant_id, user_id, count(*) AS n FROM runs
-    WHERE {status_in(ACTIVE)} AND lease_owner IS NOT NULL GROUP BY tenant_id, user_id
+    WHERE {in_phase("active")} AND lease_owner IS NOT NULL GROUP BY tenant_id, user_id
 ), tenant_active AS (
     SELECT tenant_id, count(*) AS n FROM runs
-    WHERE {status_in(ACTIVE)} AND lease_owner IS NOT NULL GROUP BY tenant_id
+    WHERE {in_phase("active")} AND lease_owner IS NOT NULL GROUP BY tenant_id
 ), held AS (
     SELECT c.id, ua.n, c.created_at FROM user_active ua CROSS JOIN LATERAL (
         SELECT r.id, r.created_at FROM runs r
         LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
-        WHERE r.status = '{RunStatus.QUEUED.value}'
+        WHERE {in_phase("queued", "r")}
           AND r.tenant_id = ua.tenant_id AND r.user_id = ua.user_id
           AND ua.n < {_USER_MAX.format("ua.tenant_id")}
           AND {_CLAIMABLE}
@@ -369,7 +378,7 @@ WITH user_active AS (
 ), fresh AS (
     SELECT r.id, 0::bigint AS n, r.created_at FROM runs r
     LEFT JOIN tenant_active ta ON ta.tenant_id = r.tenant_id
-    WHERE r.status = '{RunStatus.QUEUED.value}'
+    WHERE {in_phase("queued", "r")}
       AND NOT EXISTS (
           SELECT 1 FROM user_active ua
           WHERE ua.tenant_id = r.tenant_id AND ua.user_id = r.user_id)
@@ -405,7 +414,7 @@ RETURNING runs.*,
 _CLAIM_REPORTING = f"""
 WITH claimed AS ({_CLAIM})
 SELECT claimed.*, EXISTS (
-    SELECT 1 FROM runs q WHERE q.status = '{RunStatus.QUEUED.value}'
+    SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
       AND q.id NOT IN (SELECT id FROM claimed)
 ) AS backlog
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
@@ -473,7 +482,8 @@ async def lock_expired_leases(conn: Conn, limit: int = 100) -> list[dict[str, An
     pass, so that `fence_out` can never overtake a write that already passed the fence.
     """
     cur = await conn.execute(
-        f"SELECT id, recoveries FROM runs WHERE {status_in(ACTIVE)} AND lease_expires_at < now()"
+        f"SELECT id, recoveries FROM runs WHERE {in_phase('active')}"
+        " AND lease_expires_at < now()"
         " ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
         (limit,),
     )

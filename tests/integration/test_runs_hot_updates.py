@@ -11,8 +11,13 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from graphs.events import EventType
+from server.domain import ACTIVE as ACTIVE_STATUSES
+from server.domain import RunStatus
 from server.events.log import NewEvent, RunHead, append_events
 from server.ids import new_id
+from server.runs.records import claim_next, renew_leases
+from server.runs.worker import claim_params
+from server.settings import Settings
 
 ACTIVE = 6  # runs streaming at once
 ROUNDS = 40  # one new run per round, then one delta to every active run
@@ -73,3 +78,94 @@ async def test_streaming_updates_of_the_run_row_are_hot(database_url: str, pool:
     # Each delta changes no indexed column; with no room on the row's page the new version
     # goes to another page and every index of `runs` gets an entry.
     assert hot / updates >= 0.9, f"{hot} of {updates} updates were HOT"
+
+
+async def test_a_runs_claim_tool_flips_and_renewals_touch_no_index(
+    database_url: str, pool: object, settings: Settings
+) -> None:
+    # Only entering the active phase (run.started) and leaving it (the end) may write index
+    # entries: the claim, running <-> waiting_tool around each tool call and the lease
+    # renewals change no column an index of `runs` names.
+    runs, tools = 8, 3
+    async with await AsyncConnection.connect(
+        database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        for _ in range(runs):
+            run_id, conv = new_id("run"), new_id("conv")
+            await conn.execute(
+                "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 't', 'u')",
+                (conv,),
+            )
+            await conn.execute(
+                "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model,"
+                " input_message_id) VALUES (%s, %s, 't', 'u', 'm', 'msg')",
+                (run_id, conv),
+            )
+            await append_events(conn, run_id, [NewEvent(EventType.RUN_CREATED)])
+        before = await _updates(conn)
+        statuses = []
+        for _ in range(runs):
+            claim = await claim_next(conn, claim_params(settings, "hot-worker"))  # type: ignore[arg-type]
+            assert claim is not None
+            head, _ = await append_events(
+                conn,
+                claim.run.id,
+                [NewEvent(EventType.RUN_STARTED, {"attempt": 1})],
+                head=claim.head,
+            )
+            for t in range(tools):
+                call = {"toolCallId": f"c{t}", "name": "lookup"}
+                head, _ = await append_events(
+                    conn,
+                    head.run_id,
+                    [NewEvent(EventType.TOOL_STARTED, {**call, "args": {}})],
+                    head=head,
+                )
+                statuses.append(head.status)
+                head, _ = await append_events(
+                    conn,
+                    head.run_id,
+                    [
+                        NewEvent(
+                            EventType.TOOL_COMPLETED,
+                            {**call, "output": "ok", "outputChars": 2, "truncated": False},
+                        )
+                    ],
+                    head=head,
+                )
+                statuses.append(head.status)
+                assert await renew_leases(conn, "hot-worker", [head.run_id], 30.0)  # type: ignore[arg-type]
+            head, _ = await append_events(
+                conn, head.run_id, [NewEvent(EventType.RUN_COMPLETED, {})], head=head
+            )
+            assert head.status == RunStatus.COMPLETED
+        after = await _updates(conn)
+    assert statuses == [RunStatus.WAITING_TOOL, RunStatus.RUNNING] * tools * runs
+    updates, hot = after[0] - before[0], after[1] - before[1]
+    # claim + started + 2 per tool + 1 renewal per tool + completed
+    assert updates == runs * (3 + 3 * tools)
+    # Two per run change the phase; a few more find no room on their page (after the test
+    # above filled the table). With an index on the status or the lease, all 96 were not HOT.
+    assert updates - hot <= 2 * runs + updates // 4, f"{updates - hot} of {updates} not HOT"
+
+
+async def test_the_phase_follows_the_status(database_url: str, pool: object) -> None:
+    async with await AsyncConnection.connect(
+        database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        head = await _new_run(conn)
+        for status in RunStatus:
+            cur = await conn.execute(
+                "UPDATE runs SET status = %s WHERE id = %s RETURNING phase",
+                (status.value, head.run_id),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            expected = (
+                "queued"
+                if status == RunStatus.QUEUED
+                else "active"
+                if status in ACTIVE_STATUSES
+                else None
+            )
+            assert row["phase"] == expected, status
