@@ -257,7 +257,7 @@ class Settings(BaseSettings):
     partitions_ahead_days: int = Field(default=7, ge=1, le=90)
     # How long dropping an old day waits for the event log's lock before leaving it for the
     # next pass (appends queue behind the waiting drop).
-    retention_lock_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    retention_lock_timeout_s: float = Field(default=2.0, gt=0, le=600)
     # How long an erasure asked to cancel its runs waits for them to end before answering 409.
     erasure_cancel_wait_s: float = Field(default=15.0, ge=0)
     # The LangGraph Agent Server API (docs/langgraph.md): the graphs of this `langgraph.json`

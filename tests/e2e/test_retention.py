@@ -61,6 +61,8 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
             "event_retention_days": 30,
             "span_retention_days": 14,
             "ledger_retention_days": 90,
+            # These tests drop days beside a live server; a loaded machine must not defer them.
+            "retention_lock_timeout_s": 60.0,
         }
     )
     app = create_app(custom, models=ModelRegistry(custom, SCRIPTS), tools=[page])
