@@ -233,6 +233,11 @@ async def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
             f"(rolled up per day), {removed.audit} audit rows removed; "
             f"{len(removed.partitions_dropped)} partitions dropped, "
             f"{removed.partitions_created} created"
+            + (
+                f"; {', '.join(removed.partitions_deferred)} in use, left for the next pass"
+                if removed.partitions_deferred
+                else ""
+            )
         )
         return (
             f"pruned the checkpoints of {count} conversations idle for {days:g} days;"
