@@ -56,17 +56,36 @@ def partition_day(table: str, name: str) -> date | None:
     return date(int(suffix[:4]), int(suffix[4:6]), int(suffix[6:]))
 
 
-async def ensure_partitions(conn: Conn, today: date, ahead_days: int) -> int:
-    """Create the daily partitions from `today` to `ahead_days` later; return how many."""
+async def ensure_partitions(
+    conn: Conn, today: date, ahead_days: int, lock_timeout_s: float | None = None
+) -> int:
+    """Create the daily partitions from `today` to `ahead_days` later; return how many.
+
+    Creating a partition takes an ACCESS EXCLUSIVE lock on its table, which appends queue
+    behind while it waits: with `lock_timeout_s`, a table whose lock is not granted in time
+    is left for the next pass (the days are created well ahead).
+    """
     made = 0
     for table in PARTITIONED:
-        cur = await conn.execute(
-            "SELECT agentrt_ensure_day_partitions(%s, %s, %s) AS made",
-            (table, today, today + timedelta(days=ahead_days)),
-        )
-        row = await cur.fetchone()
+        try:
+            async with conn.transaction():
+                if lock_timeout_s is not None:
+                    await _set_lock_timeout(conn, lock_timeout_s)
+                cur = await conn.execute(
+                    "SELECT agentrt_ensure_day_partitions(%s, %s, %s) AS made",
+                    (table, today, today + timedelta(days=ahead_days)),
+                )
+                row = await cur.fetchone()
+        except LockNotAvailable:
+            log.warning("retention: %s is in use; its new days are left for the next pass", table)
+            continue
         made += int(row["made"]) if row else 0
     return made
+
+
+async def _set_lock_timeout(conn: Conn, seconds: float) -> None:
+    """Bound the lock waits of the rest of the caller's transaction."""
+    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(seconds * 1000)}ms",))
 
 
 async def _partitions(conn: Conn, table: str) -> list[tuple[str, date]]:
@@ -141,9 +160,7 @@ async def _detach_and_drop(
     conn: Conn, table: str, name: str, start: datetime, lock_timeout_s: float
 ) -> tuple[int, int]:
     """In the caller's transaction: detach and drop `name`; return (rows kept, rows before)."""
-    await conn.execute(
-        "SELECT set_config('lock_timeout', %s, true)", (f"{int(lock_timeout_s * 1000)}ms",)
-    )
+    await _set_lock_timeout(conn, lock_timeout_s)
     count = await conn.execute(f'SELECT count(*) AS n FROM "{name}"')
     row = await count.fetchone()
     rows = int(row["n"]) if row else 0
@@ -289,7 +306,10 @@ async def apply_retention(
             longest_events = max(r.events_days for r in every)
             longest_spans = max(r.spans_days for r in every)
             removed.partitions_created = await ensure_partitions(
-                conn, now.astimezone(UTC).date(), settings.partitions_ahead_days
+                conn,
+                now.astimezone(UTC).date(),
+                settings.partitions_ahead_days,
+                settings.retention_lock_timeout_s,
             )
             await _expire_logs(conn, settings, now, longest_events, removed)
             horizons = {

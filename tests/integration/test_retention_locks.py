@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from server.db.pool import Pool
-from server.lifecycle.retention import apply_retention
+from server.lifecycle.retention import apply_retention, ensure_partitions
 from server.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,6 +134,21 @@ async def test_a_day_whose_table_is_held_is_left_for_the_next_pass(
     assert again is not None and partition in again.partitions_dropped
     assert not await _exists(pool, partition)
     assert await _scalar(pool, "SELECT count(*) FROM run_events WHERE run_id = 'run_new_b'") == 1
+
+
+async def test_new_days_of_a_held_table_are_left_for_the_next_pass(pool: Pool) -> None:
+    today: date = await _scalar(pool, "SELECT (now() AT TIME ZONE 'UTC')::date AS d")
+    first = today + timedelta(days=40)
+    names = [f"run_events_{(first + timedelta(days=d)).strftime('%Y%m%d')}" for d in (0, 1)]
+    async with pool.connection() as reader, reader.transaction():
+        await reader.execute("SELECT count(*) FROM run_events")
+        async with pool.connection() as conn:
+            made = await asyncio.wait_for(ensure_partitions(conn, first, 1, 0.2), 60)
+        assert made == 4  # two days of spans and of payloads; the log's days wait
+        assert not any([await _exists(pool, name) for name in names])
+    async with pool.connection() as conn:
+        assert await ensure_partitions(conn, first, 1, 0.2) == 2
+    assert all([await _exists(pool, name) for name in names])
 
 
 async def test_a_deleted_run_takes_its_events_with_it(pool: Pool) -> None:
