@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
@@ -22,8 +23,13 @@ router = APIRouter(tags=["langgraph: runs"], responses=LANGGRAPH_ERRORS)
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
+def _path(*segments: str) -> str:
+    """A path for a `Location` header: each id percent-encoded, as headers carry only Latin-1."""
+    return "".join(f"/{quote(s, safe='')}" for s in segments)
+
+
 def _places(run: dict[str, Any]) -> tuple[str, str]:
-    base = f"/threads/{run['thread_id']}/runs/{run['run_id']}"
+    base = _path("threads", run["thread_id"], "runs", run["run_id"])
     return base, f"{base}/stream"
 
 
@@ -183,7 +189,7 @@ async def join_stream(
     frames = await lg.stream(
         run_id, last_event_id=last_event_id, modes=stream_mode, thread_id=thread_id
     )
-    base = f"/threads/{thread_id}/runs/{run_id}"
+    base = _path("threads", thread_id, "runs", run_id)
     headers = {**SSE_HEADERS, "Location": f"{base}/stream", "Content-Location": base}
     return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
 
@@ -210,5 +216,5 @@ async def join_thread_stream(
 ) -> Response:
     """Stream the thread's runs as they come (`run_done` after each), after `Last-Event-ID`."""
     frames = await lg.thread_stream(thread_id, last_event_id=last_event_id, modes=stream_mode)
-    headers = {**SSE_HEADERS, "Location": f"/threads/{thread_id}/stream"}
+    headers = {**SSE_HEADERS, "Location": _path("threads", thread_id, "stream")}
     return StreamingResponse(frames, media_type="text/event-stream", headers=headers)

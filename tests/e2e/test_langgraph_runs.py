@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -110,6 +111,27 @@ async def test_a_background_run_is_joined_and_its_stream_replayed(
     assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
     listed = await client.runs.list(tid)
     assert [r["run_id"] for r in listed] == [run["run_id"]]
+
+
+async def test_streams_of_a_thread_whose_id_is_not_latin_1_name_it_percent_encoded(
+    client: LangGraphClient, fake: FakeOpenAI, url: str
+) -> None:
+    # Found by fuzzing: a header carries Latin-1 only, and the Location of a thread's stream
+    # held the raw id, so joining it failed with 500.
+    fake.script("m-id", Reply(text="ok"))
+    tid = "ù\U00099275Q-" + str(id(fake))
+    assert (await client.threads.create(thread_id=tid))["thread_id"] == tid
+    run = await client.runs.create(tid, "tool_agent", input=ask("hi"), context={"model": "m-id"})
+    await client.runs.join(tid, run["run_id"])
+    encoded = quote(tid, safe="")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        joined = await http.get(f"/threads/{encoded}/runs/{run['run_id']}/stream")
+        assert joined.status_code == 200, joined.text
+        assert joined.headers["location"] == f"/threads/{encoded}/runs/{run['run_id']}/stream"
+        assert "event: end" in joined.text or "event: metadata" in joined.text
+        async with http.stream("GET", f"/threads/{encoded}/stream") as thread:
+            assert thread.status_code == 200
+            assert thread.headers["location"] == f"/threads/{encoded}/stream"
 
 
 async def test_a_reconnect_with_last_event_id_loses_and_repeats_nothing(
