@@ -41,7 +41,7 @@ async def _tenant_workers(conn: Conn, tenant_id: str) -> list[dict[str, Any]]:
         "SELECT w.id, w.draining, w.started_at, w.last_heartbeat_at,"
         " EXTRACT(EPOCH FROM now() - w.last_heartbeat_at)::float AS age, r.n"
         " FROM (SELECT lease_owner, count(*) AS n FROM runs WHERE tenant_id = %s"
-        f"   AND {in_phase('active')} GROUP BY lease_owner) r"
+        f"   AND {in_phase('active')} AND lease_owner IS NOT NULL GROUP BY lease_owner) r"
         " JOIN workers w ON w.id = r.lease_owner ORDER BY w.started_at",
         (tenant_id,),
     )
@@ -91,7 +91,8 @@ async def queue_view(pool: Pool, tenant: str | None) -> dict[str, Any]:
         )
         cur = await conn.execute(
             "SELECT id, tenant_id, status, lease_owner, lease_expires_at, attempt, recoveries"
-            f" FROM runs WHERE {in_phase('active')} AND lease_expires_at < now()"
+            f" FROM runs WHERE {in_phase('active')} AND lease_owner IS NOT NULL"
+            " AND lease_expires_at < now()"
             f" AND {scope} ORDER BY lease_expires_at LIMIT 100",
             params,
         )

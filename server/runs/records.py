@@ -474,6 +474,14 @@ async def renew_leases(
     return await cur.fetchall()
 
 
+# Only the runs a worker holds (`runs_held`): a parent waiting for its children is active but
+# holds no lease, and there may be many of them.
+_EXPIRED_LEASES = (
+    f"SELECT id, recoveries FROM runs WHERE {in_phase('active')} AND lease_owner IS NOT NULL"
+    " AND lease_expires_at < now() ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+
+
 async def lock_expired_leases(conn: Conn, limit: int = 100) -> list[dict[str, Any]]:
     """Lock and return `id, recoveries` of active runs whose lease ran out, oldest first.
 
@@ -481,12 +489,7 @@ async def lock_expired_leases(conn: Conn, limit: int = 100) -> list[dict[str, An
     transaction ends; a run whose fenced checkpoint write is in flight is left for a later
     pass, so that `fence_out` can never overtake a write that already passed the fence.
     """
-    cur = await conn.execute(
-        f"SELECT id, recoveries FROM runs WHERE {in_phase('active')}"
-        " AND lease_expires_at < now()"
-        " ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-        (limit,),
-    )
+    cur = await conn.execute(_EXPIRED_LEASES, (limit,))
     expired = await cur.fetchall()
     if not expired:
         return expired
