@@ -255,8 +255,8 @@ class Settings(BaseSettings):
     audit_retention_days: int = Field(default=730, ge=1)
     # Daily partitions of the event log and the spans are created this many days ahead.
     partitions_ahead_days: int = Field(default=7, ge=1, le=90)
-    # How long dropping an old day waits for the event log's lock before leaving it for the
-    # next pass (appends queue behind the waiting drop).
+    # How long creating or dropping a day of the event log (or the spans) waits for the
+    # table's lock before leaving it for the next pass: appends queue behind the wait.
     retention_lock_timeout_s: float = Field(default=2.0, gt=0, le=600)
     # How long an erasure asked to cancel its runs waits for them to end before answering 409.
     erasure_cancel_wait_s: float = Field(default=15.0, ge=0)

@@ -116,7 +116,7 @@ async def test_a_day_whose_table_is_held_is_left_for_the_next_pass(
         assert removed is not None
         assert partition in removed.partitions_deferred
         assert partition not in removed.partitions_dropped
-        # Appends went on while the job gave up its wait.
+        # The job gave up its wait: appends go on.
         async with pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model,"
