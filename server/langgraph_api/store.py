@@ -16,6 +16,25 @@ from server.auth import Principal
 from server.errors import InvalidGraphRequestError, LangGraphItemNotFoundError, MemoryForbiddenError
 from server.timestamps import iso
 
+# The store encodes a filter's values with orjson, which holds integers of 64 bits at most.
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _wide_integer(value: Any) -> int | None:
+    """Return the first integer in a JSON value outside the 64-bit range, or None."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int) and not _INT_RANGE[0] <= item <= _INT_RANGE[1]:
+            return item
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
+
 
 def item_view(item: Item | SearchItem) -> dict[str, Any]:
     """Return a store item as LangGraph's `Item` (with `score` from a search)."""
@@ -90,6 +109,12 @@ class StoreGate:
         prefix = body.get("namespace_prefix") or []
         if prefix or not self.who.has_role("admin"):
             prefix = list(self._allowed(prefix))
+        wide = _wide_integer(body.get("filter"))
+        if wide is not None:
+            raise InvalidGraphRequestError(
+                f"filter: the integer {wide} is outside the range the store compares "
+                f"(-2^63 to 2^64-1)"
+            )
         try:
             found = await self.store.asearch(
                 tuple(prefix),

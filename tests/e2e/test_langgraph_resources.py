@@ -160,6 +160,26 @@ async def test_an_offset_beyond_any_listing_is_refused_with_422(
 
 
 @pytest.mark.parametrize(
+    "filter_",
+    [
+        {"n": 2**70},
+        {"n": {"$eq": -(2**64)}},
+        {"tags": [1, [2, {"deep": 10**30}]]},
+    ],
+)
+async def test_a_store_filter_with_an_integer_beyond_64_bits_is_refused_with_422(
+    url: str, filter_: dict[str, Any]
+) -> None:
+    # Found by fuzzing: the store encodes filter values with orjson, which failed with 500.
+    async with httpx.AsyncClient(base_url=url, timeout=30) as raw:
+        answer = await raw.post("/store/items/search", json={"filter": filter_})
+        assert answer.status_code == 422, answer.text
+        assert "filter" in answer.text and "64" in answer.text
+        fine = await raw.post("/store/items/search", json={"filter": {"n": 2**63 - 1}})
+        assert fine.status_code == 200, fine.text
+
+
+@pytest.mark.parametrize(
     ("method", "path", "body"),
     [
         ("PUT", "/store/items", {"namespace": ["n"], "key": "k", "value": {}, "ttl": 1e-173}),
