@@ -52,10 +52,18 @@ async def graph_stream(
                 rows = await read_events(conn, run_id, cursor, page)
                 if not rows:
                     cur = await conn.execute(
-                        "SELECT status, last_event_seq FROM runs WHERE id = %s", (run_id,)
+                        "SELECT status, last_event_seq, events_expired_at FROM runs WHERE id = %s",
+                        (run_id,),
                     )
                     run = await cur.fetchone()
-                    if run is None or is_terminal(run["status"]):
+                    # Over only if nothing is left to read: the run may have ended with
+                    # events committed between the two reads (their notification has woken
+                    # `wake`, so the next read comes at once). An expired log has none left.
+                    if (
+                        run is None
+                        or run["events_expired_at"] is not None
+                        or (is_terminal(run["status"]) and cursor >= run["last_event_seq"])
+                    ):
                         return
             for seq, kind, wire in rows:
                 cursor = seq
