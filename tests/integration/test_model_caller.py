@@ -34,7 +34,14 @@ from tests.support.fake_openai import (
     usage_block,
 )
 
+# Quick backoff, and timeouts far above a loaded machine's slowest call (litellm's first
+# request builds its client): a test that is not about timeouts must never meet one, or it
+# sees an extra attempt. Under load, 0.5 s to the first token was not always enough.
 FAST = ModelPolicy(
+    max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.02, ttft_timeout_s=20, timeout_s=30
+)
+# For the test of the time-to-first-token timeout itself.
+TIGHT = ModelPolicy(
     max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.02, ttft_timeout_s=0.5, timeout_s=1.5
 )
 Adapter = Callable[[FakeOpenAI, str], ModelChoice]
@@ -181,7 +188,7 @@ async def test_hang_hits_the_time_to_first_token_timeout_then_retries(
     fake: FakeOpenAI, adapter: Adapter
 ) -> None:
     fake.script("m", Reply(hang=True), Reply(text="awake"))
-    message, events = await call(ResilientModelCaller([adapter(fake, "m")], FAST))
+    message, events = await call(ResilientModelCaller([adapter(fake, "m")], TIGHT))
 
     assert message.text == "awake"
     assert events[0]["call"]["errorClass"] == "ttft_timeout"
