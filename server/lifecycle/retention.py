@@ -56,21 +56,18 @@ def partition_day(table: str, name: str) -> date | None:
     return date(int(suffix[:4]), int(suffix[4:6]), int(suffix[6:]))
 
 
-async def ensure_partitions(
-    conn: Conn, today: date, ahead_days: int, lock_timeout_s: float | None = None
-) -> int:
+async def ensure_partitions(conn: Conn, today: date, ahead_days: int, lock_timeout_s: float) -> int:
     """Create the daily partitions from `today` to `ahead_days` later; return how many.
 
     Creating a partition takes an ACCESS EXCLUSIVE lock on its table, which appends queue
-    behind while it waits: with `lock_timeout_s`, a table whose lock is not granted in time
-    is left for the next pass (the days are created well ahead).
+    behind while it waits: a table whose lock is not granted within `lock_timeout_s` is left
+    for the next pass (the days are created well ahead).
     """
     made = 0
     for table in PARTITIONED:
         try:
             async with conn.transaction():
-                if lock_timeout_s is not None:
-                    await _set_lock_timeout(conn, lock_timeout_s)
+                await _set_lock_timeout(conn, lock_timeout_s)
                 cur = await conn.execute(
                     "SELECT agentrt_ensure_day_partitions(%s, %s, %s) AS made",
                     (table, today, today + timedelta(days=ahead_days)),

@@ -20,8 +20,8 @@ from graphs.events import EventType
 from server.db.pool import Conn, Pool
 from server.events.log import NewEvent, RunHead, append_events
 from server.events.notify import Notifier
-from server.ids import new_id
 from server.langgraph_api.stream import graph_stream
+from tests.support.rows import insert_run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,20 +52,6 @@ class _InterleavingPool:
             yield _Interleaved(conn, self._before, self._fired)
 
 
-async def _new_run(pool: Pool) -> str:
-    run_id, conv = new_id("run"), new_id("conv")
-    async with pool.connection() as conn:
-        await conn.execute(
-            "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 't', 'u')", (conv,)
-        )
-        await conn.execute(
-            "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
-            " VALUES (%s, %s, 't', 'u', 'm', 'msg')",
-            (run_id, conv),
-        )
-    return run_id
-
-
 def _chunk(n: int) -> NewEvent:
     return NewEvent(EventType.GRAPH_CHUNK, {"mode": "values", "ns": "", "data": {"n": n}})
 
@@ -73,8 +59,8 @@ def _chunk(n: int) -> NewEvent:
 async def test_the_last_chunk_committed_between_the_two_reads_is_streamed(
     pool: Pool, database_url: str
 ) -> None:
-    run_id = await _new_run(pool)
     async with pool.connection() as conn:
+        run_id = await insert_run(conn)
         head: RunHead
         head, _ = await append_events(
             conn,
@@ -108,8 +94,8 @@ async def test_the_last_chunk_committed_between_the_two_reads_is_streamed(
 
 async def test_a_stream_of_an_expired_log_ends(pool: Pool, database_url: str) -> None:
     # The run ended with more events than the stream can read: the retention dropped them.
-    run_id = await _new_run(pool)
     async with pool.connection() as conn:
+        run_id = await insert_run(conn)
         await append_events(
             conn,
             run_id,

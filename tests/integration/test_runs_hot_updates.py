@@ -14,25 +14,17 @@ from graphs.events import EventType
 from server.domain import ACTIVE as ACTIVE_STATUSES
 from server.domain import RunStatus
 from server.events.log import NewEvent, RunHead, append_events
-from server.ids import new_id
 from server.runs.records import claim_next, renew_leases
 from server.runs.worker import claim_params
 from server.settings import Settings
+from tests.support.rows import insert_run
 
 ACTIVE = 6  # runs streaming at once
 ROUNDS = 40  # one new run per round, then one delta to every active run
 
 
 async def _new_run(conn: AsyncConnection[dict[str, object]]) -> RunHead:
-    run_id, conv = new_id("run"), new_id("conv")
-    await conn.execute(
-        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 't', 'u')", (conv,)
-    )
-    await conn.execute(
-        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
-        " VALUES (%s, %s, 't', 'u', 'm', 'msg')",
-        (run_id, conv),
-    )
+    run_id = await insert_run(conn)
     head, _ = await append_events(
         conn,
         run_id,
@@ -92,16 +84,7 @@ async def test_a_runs_tool_flips_and_lease_renewals_touch_no_index(
         database_url, autocommit=True, row_factory=dict_row
     ) as conn:
         for _ in range(runs):
-            run_id, conv = new_id("run"), new_id("conv")
-            await conn.execute(
-                "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, 't', 'u')",
-                (conv,),
-            )
-            await conn.execute(
-                "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model,"
-                " input_message_id) VALUES (%s, %s, 't', 'u', 'm', 'msg')",
-                (run_id, conv),
-            )
+            run_id = await insert_run(conn)
             await append_events(conn, run_id, [NewEvent(EventType.RUN_CREATED)])
         before = await _updates(conn)
         statuses = []
