@@ -7,10 +7,11 @@ back a typed `Run`; every status filter is built from the sets in server/domain.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
@@ -436,7 +437,7 @@ class Claim:
     input: str
 
 
-async def claim_next(conn: Conn, params: dict[str, Any]) -> Claim | None:
+async def claim_next(conn: Conn, params: Mapping[str, Any]) -> Claim | None:
     """Lease the next claimable run to `params["owner"]`, in the caller's transaction.
 
     Args:
@@ -446,13 +447,28 @@ async def claim_next(conn: Conn, params: dict[str, Any]) -> Claim | None:
     return (await claim_reporting_backlog(conn, params))[0]
 
 
-async def claim_reporting_backlog(conn: Conn, params: dict[str, Any]) -> tuple[Claim | None, bool]:
+def claim_statement(params: Mapping[str, Any]) -> str:
+    """The claim statement with `params` written in as SQL literals.
+
+    They are the worker's own constants (its name, its settings), so the text is the same at
+    every claim. A prepared statement without parameters is planned once, with everything
+    the planner would know at each claim, and kept until `runs` is analyzed again: each claim
+    skips about a millisecond of planning. With the values as parameters, Postgres plans
+    every claim afresh, or settles on a plan made without them, which the claim benchmark
+    measured slower with many users holding leases (docs/decisions/2003).
+    """
+    return _CLAIM_REPORTING % {key: sql.Literal(value).as_string() for key, value in params.items()}
+
+
+async def claim_reporting_backlog(
+    conn: Conn, params: Mapping[str, Any]
+) -> tuple[Claim | None, bool]:
     """Claim like `claim_next`, and say whether any other run was queued (claimable or not).
 
     A worker that is told there was none need not claim again until a run is queued: the
     queued notification says when.
     """
-    cur = await conn.execute(_CLAIM_REPORTING, params)
+    cur = await conn.execute(claim_statement(params))
     row = await cur.fetchone()
     assert row is not None  # the statement returns one row whether or not it claims
     if row["id"] is None:

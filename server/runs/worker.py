@@ -68,6 +68,7 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-8:]}"
         self._settings = deps.settings
         self._pool: Pool = deps.pool
+        self._claim_params = claim_params(self._settings, self.owner)
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, RunHandle] = {}
@@ -187,9 +188,7 @@ class Worker:
         # Pipelined: BEGIN and the claim lock go out with the claim statement.
         async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
-            claim, backlog = await claim_reporting_backlog(
-                conn, claim_params(self._settings, self.owner)
-            )
+            claim, backlog = await claim_reporting_backlog(conn, self._claim_params)
             # A run queued while the claim ran may be missing from its snapshot.
             self._backlog = backlog or self._queued_seen != seen
             if claim is None:

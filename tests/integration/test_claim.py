@@ -5,11 +5,15 @@ A module of its own, so the run it creates is the only one in its database.
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import AsyncConnection
+
 from server.auth import Principal
 from server.db.pool import Pool
 from server.runs.conversations import create_conversation
-from server.runs.records import claim_next, claim_reporting_backlog, create_run
-from server.runs.worker import claim_params
+from server.runs.records import Claim, claim_next, claim_reporting_backlog, create_run
+from server.runs.worker import _CLAIM_LOCK, claim_params
 from server.settings import Settings
 
 WHO = Principal("t1", "u1")
@@ -88,3 +92,67 @@ async def test_a_run_whose_checkpoint_write_is_in_flight_is_claimed_after_the_wr
         claim = await claim_next(conn, params)
     assert claim is not None and claim.run.id == run.id
     assert claim.run.lease_generation == run.lease_generation + 1
+
+
+async def _claim_on(conn: AsyncConnection[Any], params: dict[str, Any]) -> Claim | None:
+    """One claim as the worker makes it: its own transaction, under the claim lock."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+        claim = await claim_next(conn, params)
+        if claim is not None:  # its worker then stores run.started:
+            await conn.execute("UPDATE runs SET status = 'running' WHERE id = %s", (claim.run.id,))
+        return claim
+
+
+async def test_a_worker_plans_its_claim_once_per_connection(pool: Pool, settings: Settings) -> None:
+    params = claim_params(settings, "test-worker-planned")  # a statement of its own
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE runs SET status = 'completed' WHERE status = 'queued'")
+    for n in range(3):
+        conv = await create_conversation(pool, WHO, None, None, {})
+        await create_run(pool, WHO, conv["id"], f"run {n}", "demo", {})
+    conn = await pool.getconn()
+    try:
+        claimed = [await _claim_on(conn, params) for _ in range(6)]
+        cur = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE position(%s in statement) > 0",
+            ("test-worker-planned",),
+        )
+        plans = await cur.fetchall()
+    finally:
+        await pool.putconn(conn)
+    assert [c is not None for c in claimed] == [True] * 3 + [False] * 3
+    # One prepared statement for all six claims, served from its one plan: none was planned
+    # again for its parameters.
+    assert [(p["generic_plans"], p["custom_plans"]) for p in plans] == [(6, 0)]
+
+
+async def test_the_claim_holds_quotes_in_its_values_as_literals(
+    pool: Pool, settings: Settings
+) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE runs SET status = 'completed' WHERE status = 'queued'")
+    # A tenant whose limit is 0 comes first in the queue: the claim must pass it over.
+    quoted = Principal("it's", "u1")
+    held_back = await create_run(
+        pool,
+        quoted,
+        (await create_conversation(pool, quoted, None, None, {}))["id"],
+        "a",
+        "demo",
+        {},
+    )
+    other = await create_run(
+        pool, WHO, (await create_conversation(pool, WHO, None, None, {}))["id"], "b", "demo", {}
+    )
+    limited = settings.model_copy(update={"tenant_limits": {"it's": {"tenantMaxActiveRuns": 0}}})
+    params = claim_params(limited, "worker's-host:1")
+    async with pool.connection() as conn:
+        claim = await _claim_on(conn, params)
+        assert claim is not None and claim.run.id == other.id
+        assert claim.run.lease_owner == "worker's-host:1"
+        assert await _claim_on(conn, params) is None
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT status FROM runs WHERE id = %s", (held_back.id,))
+        assert await cur.fetchone() == {"status": "queued"}
