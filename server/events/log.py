@@ -108,6 +108,7 @@ async def append_events(
     head: RunHead | None = None,
     extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
     hooks: Sequence[StoreHook] = (),
+    before: Callable[[Conn], Awaitable[None]] | None = None,
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Append `events` to the run's log atomically and return the new head.
 
@@ -123,15 +124,19 @@ async def append_events(
         extra: Runs in the same transaction after the events are stored (e.g. store the
             assistant message together with `run.completed`).
         hooks: Write rows derived from events of their types in the same transaction.
+        before: Runs in the same transaction before the run's row is locked or updated, for
+            rows that need no head: the row is then held for less time.
 
     Raises:
         LeaseLostError: `generation` is no longer the run's lease generation.
         RunFinishedError: the run is already terminal.
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
-    if head is not None and extra is None:
+    if head is not None and extra is None and before is None:
         return await _append(conn, head, events, generation, hooks)
     async with conn.transaction():
+        if before is not None:
+            await before(conn)
         if head is None:
             head = await load_head(conn, run_id, lock=True)
             if generation is not None and head.generation != generation:

@@ -81,9 +81,14 @@ class EventWriter:
         kind: EventType,
         data: Mapping[str, Any],
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+        before: Callable[[Conn], Awaitable[None]] | None = None,
     ) -> None:
-        """Store everything queued, then `kind` together with `extra` in one transaction."""
-        await self.commit([NewEvent(kind, data)], extra)
+        """Store everything queued, then `kind` with `before` and `extra` in one transaction.
+
+        `before` runs ahead of the append (it needs no head), `extra` after it.
+        """
+        await self.flush()
+        await self._append([NewEvent(kind, data)], extra, before)
 
     async def commit(
         self,
@@ -104,12 +109,16 @@ class EventWriter:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _append(
-        self, batch: list[NewEvent], extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None
+        self,
+        batch: list[NewEvent],
+        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+        before: Callable[[Conn], Awaitable[None]] | None = None,
     ) -> None:
         delay = 0.05
         while True:
             try:
-                async with self._pool.connection() as conn, _pipelined(conn, batch, extra):
+                with_rows = extra is not None or before is not None
+                async with self._pool.connection() as conn, _pipelined(conn, batch, with_rows):
                     self.head, _ = await append_events(
                         conn,
                         self.run_id,
@@ -118,6 +127,7 @@ class EventWriter:
                         head=self.head,
                         extra=extra,
                         hooks=self._hooks,
+                        before=before,
                     )
                 if self._on_stored is not None:
                     self._on_stored(len(batch))
@@ -159,14 +169,14 @@ class EventWriter:
 
 
 def _pipelined(
-    conn: Conn, batch: list[NewEvent], extra: Callable[[Conn, RunHead], Awaitable[None]] | None
+    conn: Conn, batch: list[NewEvent], with_rows: bool
 ) -> AbstractAsyncContextManager[Any]:
     """Pipeline a small batch stored with rows of its own (a run's end with its message).
 
     It is one transaction; pipelined, the statements whose results nobody reads go out with
     the `COMMIT`. COPY (a large batch) cannot run in a pipeline.
     """
-    if extra is None or len(batch) >= STATEMENT_MAX:  # a plan update may join the batch
+    if not with_rows or len(batch) >= STATEMENT_MAX:  # a plan update may join the batch
         return contextlib.nullcontext()
     return conn.pipeline()
 

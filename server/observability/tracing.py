@@ -15,10 +15,11 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -32,9 +33,8 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
-from psycopg import AsyncCursor
 
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.domain import Run
 from server.observability.metrics import Metrics
 from server.settings import Settings
@@ -84,13 +84,45 @@ def _dt(ns: int | None) -> datetime:
     return datetime.fromtimestamp((ns or 0) / 1e9, UTC)
 
 
-class PostgresSpanSink(SpanProcessor):
-    """Collect finished spans (and full payloads) and write them to Postgres in batches."""
+@dataclass
+class SpanBatch:
+    """Spans and payloads taken from the sink, to be written in one transaction."""
 
-    def __init__(self, pool: Pool) -> None:
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    payloads: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.rows or self.payloads)
+
+    async def insert(self, conn: Conn, *, rows: bool = True) -> None:
+        """Write the batch in the caller's transaction (pipelined or not; never COPY).
+
+        With `rows=False`, only its payloads (the spans went by COPY).
+        """
+        async with conn.cursor() as cur:
+            if self.rows and rows:
+                await cur.executemany(_INSERT_SPAN, self.rows)
+            if self.payloads:
+                await cur.executemany(
+                    "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    self.payloads,
+                )
+
+
+class PostgresSpanSink(SpanProcessor):
+    """Collect finished spans (and full payloads) and write them to Postgres in batches.
+
+    A run's end takes what has been collected and writes it in the transaction of its final
+    event (`take`); the background flush writes the rest. Whatever a failed write took is
+    given back for the next one, up to `keep_max` rows.
+    """
+
+    def __init__(self, pool: Pool, keep_max: int = 50_000) -> None:
         self._pool = pool
+        self._keep_max = keep_max
         self._spans: list[ReadableSpan] = []
-        self._payloads: list[tuple[str, str, str, str]] = []
+        self._held = SpanBatch()  # taken by a write that failed: written by the next one
         self._lock = asyncio.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -99,34 +131,51 @@ class PostgresSpanSink(SpanProcessor):
 
     def add_payload(self, trace_id: int, span_id: int, kind: str, data: Any) -> None:
         """Keep the full input or output of a span, whose attribute holds a cut copy."""
-        self._payloads.append(
-            (f"{trace_id:032x}", f"{span_id:016x}", kind, json.dumps(data, default=str))
-        )
+        self._held.payloads.append((f"{trace_id:032x}", f"{span_id:016x}", kind, _json(data)))
+
+    def take(self) -> SpanBatch:
+        """Take everything collected so far; give it back if its write fails."""
+        spans, self._spans = self._spans, []
+        batch, self._held = self._held, SpanBatch()
+        batch.rows += [_span_row(s) for s in spans]
+        return batch
+
+    def give_back(self, batch: SpanBatch) -> None:
+        """Keep a batch whose write failed for the next one (the newest `keep_max` rows)."""
+        self._held.rows[:0] = batch.rows
+        self._held.payloads[:0] = batch.payloads
+        for kept in (self._held.rows, self._held.payloads):
+            if len(kept) > self._keep_max:
+                log.warning("dropping %d unstored trace rows", len(kept) - self._keep_max)
+                del kept[: len(kept) - self._keep_max]
 
     async def flush(self) -> None:
         """Write what has been collected so far, in one transaction."""
         async with self._lock:
-            spans, self._spans = self._spans, []
-            payloads, self._payloads = self._payloads, []
-            if not spans and not payloads:
+            batch = self.take()
+            if not batch:
                 return
-            rows = [_span_row(s) for s in spans]
-            async with self._pool.connection() as conn:
-                if len(rows) > _INSERT_MAX:
-                    async with conn.transaction(), conn.cursor() as cur:
-                        async with cur.copy(
-                            f"COPY trace_spans ({_SPAN_COLUMNS}) FROM STDIN"
-                        ) as copy:
-                            for row in rows:
-                                await copy.write_row(row)
-                        await _insert_payloads(cur, payloads)
-                    return
-                # A run's few spans: pipelined with no BEGIN, the statements up to the one Sync
-                # at the end are a single implicit transaction sent in one round trip.
-                async with conn.pipeline(), conn.cursor() as cur:
-                    if rows:
-                        await cur.executemany(_INSERT_SPAN, rows)
-                    await _insert_payloads(cur, payloads)
+            try:
+                await self._write(batch)
+            except (psycopg.OperationalError, asyncio.CancelledError):
+                self.give_back(batch)  # the database was away: the next flush writes it
+                raise
+
+    async def _write(self, batch: SpanBatch) -> None:
+        if len(batch.rows) > _INSERT_MAX:
+            try:
+                async with self._pool.connection() as conn, conn.transaction():
+                    async with conn.cursor() as cur, cur.copy(_COPY_SPANS) as copy:
+                        for row in batch.rows:
+                            await copy.write_row(row)
+                    await batch.insert(conn, rows=False)
+                return
+            except psycopg.errors.UniqueViolation:
+                pass  # given back after a write whose commit was in doubt: insert, skipping those
+        # A run's few spans: pipelined with no BEGIN, the statements up to the one Sync at the
+        # end are a single implicit transaction sent in one round trip.
+        async with self._pool.connection() as conn, conn.pipeline():
+            await batch.insert(conn)
 
     async def run(self, interval_s: float) -> None:
         """Flush every `interval_s` until cancelled."""
@@ -142,18 +191,33 @@ _SPAN_COLUMNS = (
     "trace_id, span_id, parent_span_id, run_id, tenant_id, name, kind, start_time, end_time,"
     " duration_ms, status, error, attributes, events"
 )
-_INSERT_SPAN = f"INSERT INTO trace_spans ({_SPAN_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
+# A batch given back after a failure whose commit was in doubt may hold rows already stored.
+_INSERT_SPAN = (
+    f"INSERT INTO trace_spans ({_SPAN_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
+    " ON CONFLICT DO NOTHING"
+)
+_COPY_SPANS = f"COPY trace_spans ({_SPAN_COLUMNS}) FROM STDIN"
 # Up to this many spans go in one pipeline of INSERTs; more (a backlog) go through COPY.
 _INSERT_MAX = 64
 
 
-async def _insert_payloads(cur: AsyncCursor[Any], payloads: Sequence[tuple[str, ...]]) -> None:
-    if payloads:
-        await cur.executemany(
-            "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            payloads,
-        )
+def _clean(value: Any) -> Any:
+    """`value` with its NUL characters replaced: Postgres text and jsonb cannot hold one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    """JSON for a jsonb column, with no escaped NUL (a span must not fail the run's end)."""
+    text = json.dumps(value, default=str)
+    if "\\u0000" in text:
+        text = json.dumps(_clean(json.loads(text)))
+    return text
 
 
 def _span_row(s: ReadableSpan) -> tuple[Any, ...]:
@@ -172,17 +236,17 @@ def _span_row(s: ReadableSpan) -> tuple[Any, ...]:
         f"{ctx.trace_id:032x}",
         f"{ctx.span_id:016x}",
         f"{s.parent.span_id:016x}" if s.parent else None,
-        attrs.get("agentrt.run_id"),
-        attrs.get("agentrt.tenant_id"),
-        s.name,
-        str(attrs.get("agentrt.kind", "internal")),
+        _clean(attrs.get("agentrt.run_id")),
+        _clean(attrs.get("agentrt.tenant_id")),
+        _clean(s.name),
+        _clean(str(attrs.get("agentrt.kind", "internal"))),
         _dt(start),
         _dt(end),
         (end - start) / 1e6,
         s.status.status_code.name.lower(),
-        error,
-        json.dumps(attrs, default=str),
-        json.dumps(events, default=str),
+        _clean(error),
+        _json(attrs),
+        _json(events),
     )
 
 

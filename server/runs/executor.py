@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from server.langgraph_api.attempt import GraphAttempt
 from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
-from server.observability.tracing import RunInfo
+from server.observability.tracing import RunInfo, SpanBatch
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused, set_output_message
 from server.skills.usage import SKILL_LOADS
@@ -42,7 +42,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     """Run the graph for a claimed run until it ends, drains, is cancelled, or loses its lease.
 
     `claim.head` is the run's head right after the claim stored `run.started`. The attempt is
-    one span of the run's trace; spans are stored before the run's final event.
+    one span of the run's trace; spans are stored with the run's final event.
     """
     run, head = claim.run, claim.head
     handle = handle or RunHandle()
@@ -127,12 +127,28 @@ async def _conclude(
         deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
         elapsed = (datetime.now(UTC) - run.created_at).total_seconds()
         deps.metrics.observe_run_end(run.tenant_id, outcome.kind, elapsed)
-    # The spans are stored before the run's final event, while the writer stores the events
+        # The run's spans (and whatever else the sink holds) are stored in the transaction of
+        # its final event, ahead of the run's row: one commit fewer, and the trace is whole
+        # once the run has ended. Spans cannot fail it (server/observability/tracing.py).
+        spans = deps.tracing.sink.take()
+        stored = False
+        try:
+            if outcome.kind == "completed":
+                stored = await _complete(writer, run, spans)
+            else:
+                if outcome.kind == "failed":
+                    data = outcome.data
+                    log.info("run %s failed: %s: %s", run_id, data["errorType"], data["message"])
+                kind = EventType(f"run.{outcome.kind}")
+                stored = await _finish(writer, kind, outcome.data, before=spans.insert)
+        finally:
+            if not stored:  # the background flush stores them
+                deps.tracing.sink.give_back(spans)
+        return
+    # The spans are stored before the run's next event, while the writer stores the events
     # still queued: neither waits for the other's commit. Errors are the writer's to raise, below.
     await asyncio.gather(_store_spans(deps, run_id), writer.flush(), return_exceptions=True)
-    if outcome.kind == "completed":
-        await _complete(writer, run)
-    elif outcome.kind == "suspended":
+    if outcome.kind == "suspended":
         # Stopped for a human or for child runs: store what it waits for, hold nothing.
         try:
             await suspend_run(deps.pool, deps.settings, writer, run, outcome.data["interrupts"])
@@ -150,10 +166,6 @@ async def _conclude(
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()
     else:
-        if outcome.kind == "failed":
-            log.info(
-                "run %s failed: %s: %s", run_id, outcome.data["errorType"], outcome.data["message"]
-            )
         await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data)
 
 
@@ -165,17 +177,24 @@ async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
 
 
 async def _finish(
-    writer: EventWriter, kind: EventType, data: Mapping[str, Any], extra: Any = None
-) -> None:
+    writer: EventWriter,
+    kind: EventType,
+    data: Mapping[str, Any],
+    extra: Any = None,
+    before: Callable[[Conn], Awaitable[None]] | None = None,
+) -> bool:
+    """Store the run's last event (with `before` and `extra`), close the writer; say if stored."""
     try:
-        await writer.finish(kind, data, extra)
+        await writer.finish(kind, data, extra, before)
+        return True
     except (LeaseLostError, RunFinishedError) as exc:
         log.info("run %s: %s not stored: %s", writer.run_id, kind, exc)
+        return False
     finally:
         await writer.close()
 
 
-async def _complete(writer: EventWriter, run: Run) -> None:
+async def _complete(writer: EventWriter, run: Run, spans: SpanBatch) -> bool:
     await writer.flush()
     message_id = new_id("msg")
     output = output_text(writer.head.snapshot)
@@ -190,9 +209,10 @@ async def _complete(writer: EventWriter, run: Run) -> None:
         # With the completion, so that a completed run never lacks its extraction job.
         await enqueue_extraction(conn, run)
 
-    await _finish(
+    return await _finish(
         writer,
         EventType.RUN_COMPLETED,
         {"outputMessageId": message_id, "output": output},
         store_message,
+        spans.insert,
     )

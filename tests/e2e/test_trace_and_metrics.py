@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app, default_tools
+from server.db.pool import Pool
 from server.observability.traces import render_tree
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
@@ -345,3 +346,30 @@ async def test_a_run_with_a_retried_tool_and_an_approval_has_the_expected_tree(
         assert exported[span["spanId"]].name == span["name"]
         parent = exported[span["spanId"]].parent
         assert (f"{parent.span_id:016x}" if parent else None) == span["parentSpanId"]
+
+
+@pytest.mark.parametrize(
+    ("model", "final"), [("traced", "run.completed"), ("broken", "run.failed")]
+)
+async def test_a_runs_spans_are_stored_with_its_final_event(
+    client: httpx.AsyncClient, pool: Pool, exporter: InMemorySpanExporter, model: str, final: str
+) -> None:
+    run = await run_model(client, model)
+    assert run["events"][-1].event == final
+    # Read straight from the table: the trace endpoint would write what the process holds.
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT span_id FROM trace_spans WHERE run_id = %s", (run["runId"],)
+        )
+        stored = {r["span_id"] for r in await cur.fetchall()}
+    ended = {
+        f"{s.context.span_id:016x}"
+        for s in exporter.get_finished_spans()
+        if s.context is not None and (s.attributes or {}).get("agentrt.run_id") == run["runId"]
+    }
+    assert {"run", "run.attempt"} <= {
+        s.name
+        for s in exporter.get_finished_spans()
+        if (s.attributes or {}).get("agentrt.run_id") == run["runId"]
+    }
+    assert stored == ended

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -41,3 +44,109 @@ async def test_every_collected_span_and_payload_is_stored(pool: Pool, count: int
             "SELECT data FROM trace_payloads WHERE trace_id = %s", (f"{trace_id:032x}",)
         )
         assert [r["data"] for r in await cur.fetchall()] == [{"text": "héllo", "n": 1}]
+
+
+def _spans(sink: PostgresSpanSink, run_id: str, count: int) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(sink)
+    tracer = provider.get_tracer("test")
+    for n in range(count):
+        with tracer.start_as_current_span(f"step {n}", attributes={"agentrt.run_id": run_id}):
+            pass
+
+
+async def _stored(pool: Pool, run_id: str) -> int:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM trace_spans WHERE run_id = %s", (run_id,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_flush(
+    pool: Pool,
+) -> None:
+    sink = PostgresSpanSink(pool)
+    _spans(sink, "run_sink_retry", 3)
+    async with pool.connection() as locker, locker.transaction():
+        await locker.execute("LOCK TABLE trace_spans IN ACCESS EXCLUSIVE MODE")
+        flushing = asyncio.ensure_future(sink.flush())
+        async with pool.connection() as admin:
+            async with asyncio.timeout(60):  # the flush waits for the lock; cancel its query
+                while True:
+                    cur = await admin.execute(
+                        "SELECT pg_cancel_backend(pid) AS done FROM pg_locks"
+                        " WHERE relation = 'trace_spans'::regclass AND NOT granted"
+                    )
+                    if await cur.fetchall():
+                        break
+                    await asyncio.sleep(0.02)
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await flushing
+    assert await _stored(pool, "run_sink_retry") == 0
+
+    _spans(sink, "run_sink_retry", 1)  # one more, collected after the failure
+    await sink.flush()
+    assert await _stored(pool, "run_sink_retry") == 4
+
+
+async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: Pool) -> None:
+    sink = PostgresSpanSink(pool)
+    provider = TracerProvider()
+    provider.add_span_processor(sink)
+    run_id = "run_sink_nul"
+    with provider.get_tracer("test").start_as_current_span(
+        "tool\x00call", attributes={"agentrt.run_id": run_id, "agentrt.output": "a\x00b"}
+    ) as span:
+        span.add_event("retry", {"why": "\x00"})
+    context = span.get_span_context()
+    sink.add_payload(context.trace_id, context.span_id, "output", {"text": ["\x00"]})
+    await sink.flush()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT name, attributes ->> 'agentrt.output' AS output,"
+            " events -> 0 -> 'attributes' ->> 'why' AS why FROM trace_spans WHERE run_id = %s",
+            (run_id,),
+        )
+        assert await cur.fetchall() == [
+            {"name": "tool\ufffdcall", "output": "a\ufffdb", "why": "\ufffd"}
+        ]
+        cur = await conn.execute(
+            "SELECT data FROM trace_payloads WHERE trace_id = %s", (f"{context.trace_id:032x}",)
+        )
+        assert [r["data"] for r in await cur.fetchall()] == [{"text": ["\ufffd"]}]
+
+
+async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) -> None:
+    sink = PostgresSpanSink(pool)
+    _spans(sink, "run_sink_taken", 2)
+    sink.add_payload(1, 2, "input", {"text": "whole"})
+    batch = sink.take()
+    async with pool.connection() as conn, conn.transaction():
+        await batch.insert(conn)
+        await conn.execute("SELECT 1")
+    assert await _stored(pool, "run_sink_taken") == 2
+    assert not sink.take(), "what a batch took is the batch's alone"
+
+    # A transaction that rolls back writes nothing; given back, the spans go with the next flush.
+    _spans(sink, "run_sink_rolled_back", 2)
+    batch = sink.take()
+    async with pool.connection() as conn:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await batch.insert(conn)
+                raise RuntimeError("the run's final event was refused")
+    assert await _stored(pool, "run_sink_rolled_back") == 0
+    sink.give_back(batch)
+    await sink.flush()
+    assert await _stored(pool, "run_sink_rolled_back") == 2
+
+
+async def test_spans_given_back_are_capped(pool: Pool) -> None:
+    sink = PostgresSpanSink(pool, keep_max=5)
+    _spans(sink, "run_sink_capped", 8)
+    sink.give_back(sink.take())
+    await sink.flush()
+    assert await _stored(pool, "run_sink_capped") == 5
