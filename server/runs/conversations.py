@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -40,19 +41,29 @@ async def create_conversation(
 
 
 async def get_conversation(
-    conn: Conn, who: Principal, conversation_id: str, *, lock: bool = False
+    conn: Conn,
+    who: Principal,
+    conversation_id: str,
+    *,
+    lock: bool = False,
+    alongside: Callable[[Conn], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Return the tenant's conversation (locked if `lock`), or raise ConversationNotFoundError.
 
     The lock is `FOR NO KEY UPDATE`, which lets a worker insert rows that reference the
     conversation (the assistant message) meanwhile; `FOR UPDATE` would block those inserts'
     foreign-key checks while we wait for that worker's run row: a deadlock.
+
+    `alongside` runs its statements after the conversation's: on a pipelined connection both
+    go out in one round trip. It must not raise.
     """
     cur = await conn.execute(
         "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
         + (" FOR NO KEY UPDATE" if lock else ""),
         (conversation_id, who.tenant_id),
     )
+    if alongside is not None:
+        await alongside(conn)
     row = await cur.fetchone()
     if row is None:
         raise ConversationNotFoundError(conversation_id)

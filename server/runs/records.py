@@ -108,6 +108,7 @@ async def accept_message(
     conversation_id: str,
     build: RunBuilder,
     idempotency: IdempotencyKey | None = None,
+    alongside: Callable[[Conn], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Create the run of a posted message; return the API's answer and whether it is a replay.
 
@@ -122,6 +123,8 @@ async def accept_message(
         build: The run to create, from the conversation's locked row; any error it raises
             (an unknown agent or model) leaves nothing stored.
         idempotency: The request's idempotency key, if any.
+        alongside: Reads `build` will want, sent in the conversation lock's round trip
+            (`get_conversation`); it must not raise.
 
     Raises:
         ConversationNotFoundError: no such conversation for the caller's tenant.
@@ -142,7 +145,7 @@ async def accept_message(
             )
         return response, False
 
-    return await _in_locked_conversation(pool, who, conversation_id, insert)
+    return await _in_locked_conversation(pool, who, conversation_id, insert, alongside)
 
 
 async def _in_locked_conversation(
@@ -150,6 +153,7 @@ async def _in_locked_conversation(
     who: Principal,
     conversation_id: str,
     body: Callable[[Conn, dict[str, Any]], Awaitable[T]],
+    alongside: Callable[[Conn], Awaitable[None]] | None = None,
 ) -> T:
     """Run `body` in a transaction holding the conversation's row lock; retry on deadlock.
 
@@ -161,7 +165,9 @@ async def _in_locked_conversation(
         # Pipelined: statements whose results nobody reads (the message's and the run's
         # INSERTs) go out with the next one that is read, saving their round trips.
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            conversation = await get_conversation(conn, who, conversation_id, lock=True)
+            conversation = await get_conversation(
+                conn, who, conversation_id, lock=True, alongside=alongside
+            )
             return await body(conn, conversation)
 
     return await retry_deadlocks(attempt)

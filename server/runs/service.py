@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from server.agents.store import resolve_agent
+from server.agents.store import AgentVersion, resolve_agent
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus
-from server.errors import InvalidRequestError
+from server.errors import InvalidRequestError, UnknownAgentError
 from server.observability.metrics import Metrics
 from server.observability.traces import load_trace
 from server.observability.tracing import Tracing
@@ -73,10 +73,24 @@ class RunService:
             IdempotencyKeyReusedError: the key was used with a different body.
         """
         settings = self.settings
+        # The profile the run will most likely use (the message's, else the conversation's,
+        # which is the default one unless the conversation names another) is read in the
+        # round trip that locks the conversation; `build` checks that the guess was right.
+        early: dict[str, AgentVersion | UnknownAgentError] = {}
+
+        async def guess(conn: Conn) -> None:
+            try:
+                early["agent"] = await resolve_agent(conn, who.tenant_id, message.agent)
+            except UnknownAgentError as exc:  # raised by `build`, after the conversation's 404
+                early["agent"] = exc
 
         async def build(conn: Conn, conversation: dict[str, Any]) -> NewRun:
             # In the transaction that locks the conversation: its row is read once.
-            agent = await resolve_agent(conn, who.tenant_id, message.agent or conversation["agent"])
+            ref = message.agent or conversation["agent"]
+            found = early.get("agent") if ref == message.agent else None
+            if isinstance(found, UnknownAgentError):
+                raise found
+            agent = found or await resolve_agent(conn, who.tenant_id, ref)
             pick = pick_model(
                 requested=message.model,
                 conversation_model=conversation["model"] or agent.spec.model,
@@ -103,7 +117,7 @@ class RunService:
             )
 
         accepted, replayed = await accept_message(
-            self.pool, who, message.conversation_id, build, message.idempotency
+            self.pool, who, message.conversation_id, build, message.idempotency, guess
         )
         if not replayed:
             self.metrics.events_written.inc()  # run.created

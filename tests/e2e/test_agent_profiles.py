@@ -249,3 +249,33 @@ async def test_profiles_declared_in_files_are_synced_and_read_only_through_the_a
     settings = Settings(_env_file=None, agents_dir=folder)  # type: ignore[call-arg]
     with pytest.raises(StartupError, match="agent profile file refused"):
         await sync_agents(pool, settings)
+
+
+async def test_a_message_without_an_agent_runs_its_conversations_profile(
+    admin: httpx.AsyncClient, user: httpx.AsyncClient
+) -> None:
+    if (await admin.get("/api/agents/support")).status_code == 404:
+        assert (await admin.post("/api/agents", json=SUPPORT)).status_code == 201
+    latest = (await admin.get("/api/agents/support")).json()["version"]
+    conv = (await user.post("/api/conversations", json={"agent": "support"})).json()
+    url = f"/api/conversations/{conv['conversationId']}/messages"
+    # No agent in the message: the conversation's, not the default one read in advance.
+    named = await user.post(url, json={"content": "hi", "options": {"maxSteps": 1}})
+    assert named.status_code == 202, named.text
+    assert named.json()["agent"] == {"name": "support", "version": latest}
+    # An agent in the message wins over the conversation's.
+    other = await user.post(url, json={"content": "hi", "agent": "default", "ifBusy": "enqueue"})
+    assert other.status_code == 202, other.text
+    assert other.json()["agent"] == {"name": "default", "version": 0}
+    for run in (named.json(), other.json()):
+        await user.post(f"/api/runs/{run['runId']}/cancel")
+
+
+async def test_a_missing_conversation_is_a_404_even_when_the_agent_is_unknown_too(
+    user: httpx.AsyncClient,
+) -> None:
+    response = await user.post(
+        "/api/conversations/conv_missing/messages", json={"content": "hi", "agent": "nobody"}
+    )
+    assert response.status_code == 404, response.text
+    assert response.json()["error"]["code"] == "not_found"
