@@ -55,7 +55,8 @@ async def get_conversation(
     foreign-key checks while we wait for that worker's run row: a deadlock.
 
     `alongside` runs its statements after the conversation's: on a pipelined connection both
-    go out in one round trip. It must not raise.
+    go out in one round trip. It keeps its own errors for later, so that a missing
+    conversation is what the caller hears of first.
     """
     cur = await conn.execute(
         "SELECT * FROM conversations WHERE id = %s AND tenant_id = %s"
