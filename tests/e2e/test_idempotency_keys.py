@@ -12,6 +12,7 @@ from server.app import create_app
 from server.db.pool import Pool
 from server.settings import Settings
 from tests.support.live import serve
+from tests.support.rows import count_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,16 +28,6 @@ async def new_conversation(client: httpx.AsyncClient) -> str:
     return str((await client.post("/api/conversations", json={})).json()["conversationId"])
 
 
-async def count_runs(pool: Pool, conv: str) -> int:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM runs WHERE conversation_id = %s", (conv,)
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row["n"])
-
-
 async def test_concurrent_posts_with_one_key_create_one_run(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:
@@ -50,7 +41,7 @@ async def test_concurrent_posts_with_one_key_create_one_run(
     assert {r.status_code for r in answers} == {202}
     assert len({r.json()["runId"] for r in answers}) == 1
     assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in answers) == 19
-    assert await count_runs(pool, conv) == 1
+    assert await count_rows(pool, "runs", "conversation_id", conv) == 1
 
 
 async def test_a_retry_is_not_refused_by_the_run_it_created(
@@ -67,7 +58,7 @@ async def test_a_retry_is_not_refused_by_the_run_it_created(
     assert retry.json() == first.json()
     assert fresh.status_code == 409, fresh.text
     assert fresh.json()["error"]["code"] == "conversation_busy"
-    assert await count_runs(pool, conv) == 1
+    assert await count_rows(pool, "runs", "conversation_id", conv) == 1
 
 
 async def test_a_key_is_scoped_to_its_conversation(client: httpx.AsyncClient, pool: Pool) -> None:
@@ -82,7 +73,11 @@ async def test_a_key_is_scoped_to_its_conversation(client: httpx.AsyncClient, po
 
     assert a.status_code == b.status_code == 202
     assert a.json()["runId"] != b.json()["runId"]
-    assert await count_runs(pool, one) == await count_runs(pool, two) == 1
+    assert (
+        await count_rows(pool, "runs", "conversation_id", one)
+        == await count_rows(pool, "runs", "conversation_id", two)
+        == 1
+    )
 
 
 async def test_the_same_key_with_another_body_is_refused_with_the_first_run(
@@ -98,7 +93,7 @@ async def test_the_same_key_with_another_body_is_refused_with_the_first_run(
     error = other.json()["error"]
     assert error["code"] == "idempotency_key_reused"
     assert error["runId"] == first.json()["runId"] and "new key" in error["message"]
-    assert await count_runs(pool, conv) == 1
+    assert await count_rows(pool, "runs", "conversation_id", conv) == 1
 
 
 @pytest.mark.parametrize("key", [b"", b"x" * 256, "clé".encode()])
@@ -112,4 +107,4 @@ async def test_an_unusable_key_is_a_400(client: httpx.AsyncClient, pool: Pool, k
 
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "invalid_idempotency_key"
-    assert await count_runs(pool, conv) == 0
+    assert await count_rows(pool, "runs", "conversation_id", conv) == 0

@@ -20,18 +20,9 @@ from server.events.log import NewEvent, append_events
 from server.process import setup_checkpointer
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run, fence_out, lock_expired_leases
+from tests.support.rows import count_rows
 
 WHO = Principal("t", "u")
-
-
-async def checkpoints(pool: Pool, thread: str) -> int:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,)
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row["n"])
 
 
 async def test_checkpoints_are_written_with_the_current_generation_and_refused_after_a_takeover(
@@ -52,14 +43,14 @@ async def test_checkpoints_are_written_with_the_current_generation_and_refused_a
 
     state = {"messages": [HumanMessage("hi")], "run_id": run.id, "step": 0}
     await graph.ainvoke(state, config(1), context=RunContext(model=model))
-    written = await checkpoints(pool, conv)
+    written = await count_rows(pool, "checkpoints", "thread_id", conv)
     assert written > 0
 
     async with pool.connection() as conn:  # another worker takes the run over
         await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (run.id,))
     with pytest.raises(LeaseLostError, match="lease generation 1 superseded"):
         await graph.ainvoke(state, config(1), context=RunContext(model=model))
-    assert await checkpoints(pool, conv) == written
+    assert await count_rows(pool, "checkpoints", "thread_id", conv) == written
 
 
 async def _fenced_write_in_flight(pool: Pool, run_id: str, generation: int) -> Any:

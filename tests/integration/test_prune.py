@@ -11,13 +11,13 @@ from nodes.models.scripted import ScriptedTurn
 from server.app import build_tool_registry
 from server.auth import Principal
 from server.db.maintenance import prune_checkpoints
-from server.db.pool import Pool
 from server.events.log import load_head
 from server.process import Runtime, open_runtime
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
+from tests.support.rows import count_rows
 
 WHO = Principal("t", "u")
 
@@ -40,16 +40,6 @@ async def run_to_end(runtime: Runtime, conv: str) -> None:
                 wake.clear()
 
 
-async def checkpoints(pool: Pool, conv: str) -> int:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM checkpoints WHERE thread_id = %s", (conv,)
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row["n"])
-
-
 async def test_prune_keeps_the_latest_checkpoint_and_the_conversation_continues(
     runtime: Runtime,
 ) -> None:
@@ -57,7 +47,7 @@ async def test_prune_keeps_the_latest_checkpoint_and_the_conversation_continues(
     recent = (await create_conversation(runtime.pool, WHO, None, None, {}))["id"]
     for conv in (idle, idle, recent):
         await run_to_end(runtime, conv)
-    assert await checkpoints(runtime.pool, idle) > 1
+    assert await count_rows(runtime.pool, "checkpoints", "thread_id", idle) > 1
     config: RunnableConfig = {"configurable": {"thread_id": idle}}
     before = (await runtime.graph.aget_state(config)).values
 
@@ -65,8 +55,8 @@ async def test_prune_keeps_the_latest_checkpoint_and_the_conversation_continues(
     pruned = await prune_checkpoints(runtime.pool, runtime.checkpointer, retention_days=0)
 
     assert pruned >= 2
-    assert await checkpoints(runtime.pool, idle) == 1
-    assert await checkpoints(runtime.pool, recent) == 1
+    assert await count_rows(runtime.pool, "checkpoints", "thread_id", idle) == 1
+    assert await count_rows(runtime.pool, "checkpoints", "thread_id", recent) == 1
     after = (await runtime.graph.aget_state(config)).values
     assert after["messages"] == before["messages"]
     await run_to_end(runtime, idle)  # the next message resumes from the kept checkpoint
@@ -78,6 +68,6 @@ async def test_prune_leaves_recent_conversations_alone(runtime: Runtime) -> None
     conv = (await create_conversation(runtime.pool, WHO, None, None, {}))["id"]
     await run_to_end(runtime, conv)
     await run_to_end(runtime, conv)
-    count = await checkpoints(runtime.pool, conv)
+    count = await count_rows(runtime.pool, "checkpoints", "thread_id", conv)
     await prune_checkpoints(runtime.pool, runtime.checkpointer, retention_days=1)
-    assert await checkpoints(runtime.pool, conv) == count
+    assert await count_rows(runtime.pool, "checkpoints", "thread_id", conv) == count

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from server.db.pool import Pool
 from server.observability.tracing import PostgresSpanSink
+from tests.support.rows import count_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,16 +56,6 @@ def _spans(sink: PostgresSpanSink, run_id: str, count: int) -> None:
             pass
 
 
-async def _stored(pool: Pool, run_id: str) -> int:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT count(*) AS n FROM trace_spans WHERE run_id = %s", (run_id,)
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row["n"])
-
-
 async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_flush(
     pool: Pool,
 ) -> None:
@@ -85,11 +76,11 @@ async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_
                     await asyncio.sleep(0.02)
         with pytest.raises(psycopg.errors.QueryCanceled):
             await flushing
-    assert await _stored(pool, "run_sink_retry") == 0
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_retry") == 0
 
     _spans(sink, "run_sink_retry", 1)  # one more, collected after the failure
     await sink.flush()
-    assert await _stored(pool, "run_sink_retry") == 4
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_retry") == 4
 
 
 async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: Pool) -> None:
@@ -127,7 +118,7 @@ async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) ->
     async with pool.connection() as conn, conn.transaction():
         await batch.insert(conn)
         await conn.execute("SELECT 1")
-    assert await _stored(pool, "run_sink_taken") == 2
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_taken") == 2
     assert not sink.take(), "what a batch took is the batch's alone"
 
     # A transaction that rolls back writes nothing; given back, the spans go with the next flush.
@@ -138,10 +129,10 @@ async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) ->
             async with conn.transaction():
                 await batch.insert(conn)
                 raise RuntimeError("the run's final event was refused")
-    assert await _stored(pool, "run_sink_rolled_back") == 0
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_rolled_back") == 0
     sink.give_back(batch)
     await sink.flush()
-    assert await _stored(pool, "run_sink_rolled_back") == 2
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_rolled_back") == 2
 
 
 async def test_spans_given_back_are_capped(pool: Pool) -> None:
@@ -149,4 +140,4 @@ async def test_spans_given_back_are_capped(pool: Pool) -> None:
     _spans(sink, "run_sink_capped", 8)
     sink.give_back(sink.take())
     await sink.flush()
-    assert await _stored(pool, "run_sink_capped") == 5
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_capped") == 5

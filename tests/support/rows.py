@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
 
 from server.ids import new_id
 
@@ -24,3 +25,15 @@ async def insert_run(conn: AsyncConnection[Any]) -> str:
         (run_id, conv),
     )
     return run_id
+
+
+async def count_rows(pool: AsyncConnectionPool[Any], table: str, column: str, value: str) -> int:
+    """Count the rows of `table` whose `column` is `value`."""
+    query = sql.SQL("SELECT count(*) AS n FROM {} WHERE {} = %s").format(
+        sql.Identifier(table), sql.Identifier(column)
+    )
+    async with pool.connection() as conn:
+        cur = await conn.execute(query, (value,))
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
