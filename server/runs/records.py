@@ -124,7 +124,7 @@ async def accept_message(
             (an unknown agent or model) leaves nothing stored.
         idempotency: The request's idempotency key, if any.
         alongside: Reads `build` will want, sent in the conversation lock's round trip
-            (`get_conversation`); it must not raise.
+            (`get_conversation`); it keeps its own errors for `build` to raise.
 
     Raises:
         ConversationNotFoundError: no such conversation for the caller's tenant.
@@ -457,11 +457,11 @@ def claim_statement(params: Mapping[str, Any]) -> str:
     """The claim statement with `params` written in as SQL literals.
 
     They are the worker's own constants (its name, its settings), so the text is the same at
-    every claim. A prepared statement without parameters is planned once, with everything
-    the planner would know at each claim, and kept until `runs` is analyzed again: each claim
-    skips about a millisecond of planning. With the values as parameters, Postgres plans
-    every claim afresh, or settles on a plan made without them, which the claim benchmark
-    measured slower with many users holding leases (docs/decisions/2003).
+    every claim. A prepared statement without parameters is planned once per connection, with
+    every value the planner would know at a claim, and kept until `runs` is analyzed again.
+    With the values as parameters, Postgres planned the first five claims on each connection
+    (about a millisecond each), and again after any rollback, then settled on a plan made
+    without the values (docs/decisions/2003).
     """
     return _CLAIM_REPORTING % {key: sql.Literal(value).as_string() for key, value in params.items()}
 
