@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -17,6 +20,43 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from server.observability.tracing import RunInfo, Tracing, cut
 from tools.validation import redact
+
+# Redacted field names that JSON writes as they are: a key's text in a dump is the key.
+_PLAIN_NAME = re.compile(r"[a-z0-9_.-]+")
+
+
+@functools.lru_cache(maxsize=16)
+def _key_pattern(fields: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A pattern finding any of `fields` as an object's key in lowered JSON text.
+
+    It also finds them in JSON text held in strings, at any depth (their quotes escaped).
+    None if a field is not plain: then every payload is walked.
+    """
+    names = [f.lower() for f in fields]
+    if not all(_PLAIN_NAME.fullmatch(n) for n in names):
+        return None
+    return re.compile("(?:" + "|".join(map(re.escape, names)) + r')\\*"\s*:')
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else str(value)
+
+
+def redacted_json(data: Any, fields: Sequence[str]) -> str:
+    """`data` as JSON text, the values of `fields` redacted as `tools.validation.redact` does.
+
+    A model call's input is the whole conversation: walking it for fields that are rarely
+    there cost more than everything else a long run's trace does. So the dump comes first,
+    and the walk only when one of the fields can be a key in it. (Without the walk, JSON text
+    in a string that mentions a field's name without holding it as a key keeps its spacing.)
+    """
+    text = json.dumps(data, default=_plain)
+    if not fields:
+        return text
+    pattern = _key_pattern(tuple(fields))
+    if pattern is None or pattern.search(text.lower()):
+        text = json.dumps(redact(data, fields, json_text=True), default=_plain)
+    return text
 
 
 class TraceCallbackHandler(BaseCallbackHandler):
@@ -74,15 +114,14 @@ class TraceCallbackHandler(BaseCallbackHandler):
         return span
 
     def _payload(self, span: Span, kind: str, data: Any) -> None:
-        data = redact(data, self._tracing.settings.redact_fields, json_text=True)
-        text = json.dumps(data, default=str)
+        text = redacted_json(data, self._tracing.settings.redact_fields)
         shown, truncated = cut(text, self._tracing.settings.trace_payload_chars)
         span.set_attribute(f"agentrt.{kind}", shown)
         if truncated:
             # Only a cut attribute needs its full copy kept apart; an uncut one is the payload.
             span.set_attribute(f"agentrt.{kind}_truncated", True)
             ctx = span.get_span_context()
-            self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, data)
+            self._tracing.sink.add_payload_json(ctx.trace_id, ctx.span_id, kind, text)
 
     # -- graph nodes ----------------------------------------------------------------------
 

@@ -131,7 +131,11 @@ class PostgresSpanSink(SpanProcessor):
 
     def add_payload(self, trace_id: int, span_id: int, kind: str, data: Any) -> None:
         """Keep the full input or output of a span, whose attribute holds a cut copy."""
-        self._held.payloads.append((f"{trace_id:032x}", f"{span_id:016x}", kind, _json(data)))
+        self.add_payload_json(trace_id, span_id, kind, json.dumps(data, default=str))
+
+    def add_payload_json(self, trace_id: int, span_id: int, kind: str, text: str) -> None:
+        """`add_payload` for a payload already serialised as JSON text."""
+        self._held.payloads.append((f"{trace_id:032x}", f"{span_id:016x}", kind, _no_nul(text)))
 
     def take(self) -> SpanBatch:
         """Take everything collected so far; give it back if its write fails."""
@@ -214,7 +218,11 @@ def _clean(value: Any) -> Any:
 
 def _json(value: Any) -> str:
     """JSON for a jsonb column, with no escaped NUL (a span must not fail the run's end)."""
-    text = json.dumps(value, default=str)
+    return _no_nul(json.dumps(value, default=str))
+
+
+def _no_nul(text: str) -> str:
+    """JSON text with its escaped NUL characters replaced (jsonb refuses them)."""
     if "\\u0000" in text:
         text = json.dumps(_clean(json.loads(text)))
     return text
