@@ -81,17 +81,48 @@ async def _post_many(base_url: str, conv: str, policy: str) -> list[httpx.Respon
         return list(await asyncio.gather(*(one(i) for i in range(POSTS))))
 
 
-async def _settle(client: httpx.AsyncClient, pool: Pool, conv: str) -> list[dict[str, Any]]:
-    """End whatever is still in progress with one interrupting message; return all runs."""
+async def _settle(
+    client: httpx.AsyncClient, pool: Pool, conv: str, workers: list[WorkerProcess]
+) -> list[dict[str, Any]]:
+    """End whatever is still in progress with one interrupting message; return all runs.
+
+    If the last run has not completed within the deadline, the failure says where every run
+    of the conversation stands and what the workers printed last.
+    """
     last = await client.post(
         f"/api/conversations/{conv}/messages",
         json={"content": "last", "model": "scripted:quick", "ifBusy": "interrupt"},
     )
     assert last.status_code == 202, last.text
-    await wait_for_status(client, last.json()["runId"], "completed", limit_s=120)
+    try:
+        await wait_for_status(client, last.json()["runId"], "completed", limit_s=120)
+    except TimeoutError:
+        raise AssertionError(await _where_runs_stand(pool, conv, workers)) from None
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT * FROM runs WHERE conversation_id = %s", (conv,))
         return await cur.fetchall()
+
+
+async def _where_runs_stand(pool: Pool, conv: str, workers: list[WorkerProcess]) -> str:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT status, count(*) AS n FROM runs WHERE conversation_id = %s GROUP BY status",
+            (conv,),
+        )
+        counts = {r["status"]: r["n"] for r in await cur.fetchall()}
+        cur = await conn.execute(
+            "SELECT id, status, attempt, recoveries, lease_owner, lease_expires_at,"
+            " cancel_requested, not_before, last_event_seq FROM runs"
+            " WHERE conversation_id = %s AND status NOT IN ('completed', 'cancelled', 'failed')"
+            " ORDER BY created_at LIMIT 5",
+            (conv,),
+        )
+        open_runs = await cur.fetchall()
+    tails = ["\n".join(w.output[-15:]) for w in workers]
+    return (
+        f"the last run did not complete within 120 s; runs by status: {counts}; the oldest "
+        f"not ended: {open_runs}; the workers' last lines:\n" + "\n---\n".join(tails)
+    )
 
 
 @pytest.mark.parametrize("policy", ["enqueue", "reject", "interrupt"])
@@ -116,7 +147,7 @@ async def test_hundreds_of_concurrent_posts_to_one_conversation_never_answer_5xx
             assert r.json()["error"]["code"] == "conversation_busy", r.text
 
     accepted = {r.json()["runId"] for r in responses if r.status_code == 202}
-    runs = await _settle(client, pool, conv)
+    runs = await _settle(client, pool, conv, running_workers)
     assert {r["id"] for r in runs} >= accepted | {first.json()["runId"]}
     assert len(runs) == len(accepted) + 2, "one run per accepted message"
     assert all(r["status"] in TERMINAL for r in runs), Counter(r["status"] for r in runs)
