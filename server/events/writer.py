@@ -83,21 +83,21 @@ class EventWriter:
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
         before: Callable[[Conn], Awaitable[None]] | None = None,
     ) -> None:
-        """Store everything queued, then `kind` with `before` and `extra` in one transaction.
-
-        `before` runs ahead of the append (it needs no head), `extra` after it.
-        """
-        await self.flush()
-        await self._append([NewEvent(kind, data)], extra, before)
+        """Store everything queued, then `kind` with `before` and `extra` in one transaction."""
+        await self.commit([NewEvent(kind, data)], extra, before)
 
     async def commit(
         self,
         events: list[NewEvent],
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+        before: Callable[[Conn], Awaitable[None]] | None = None,
     ) -> None:
-        """Store everything queued, then `events` together with `extra` in one transaction."""
+        """Store everything queued, then `events` with `before` and `extra` in one transaction.
+
+        `before` runs ahead of the append (it needs no head), `extra` after it.
+        """
         await self.flush()
-        await self._append(events, extra)
+        await self._append(events, extra, before)
 
     async def close(self) -> None:
         """Stop the flusher after storing what is queued (unless the lease was lost)."""

@@ -121,7 +121,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
             # Only a cut attribute needs its full copy kept apart; an uncut one is the payload.
             span.set_attribute(f"agentrt.{kind}_truncated", True)
             ctx = span.get_span_context()
-            self._tracing.sink.add_payload_json(ctx.trace_id, ctx.span_id, kind, text)
+            self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, text)
 
     # -- graph nodes ----------------------------------------------------------------------
 

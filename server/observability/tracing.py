@@ -129,12 +129,8 @@ class PostgresSpanSink(SpanProcessor):
         """Keep the ended span for the next flush."""
         self._spans.append(span)  # list.append is atomic; spans may end on any thread
 
-    def add_payload(self, trace_id: int, span_id: int, kind: str, data: Any) -> None:
-        """Keep the full input or output of a span, whose attribute holds a cut copy."""
-        self.add_payload_json(trace_id, span_id, kind, json.dumps(data, default=str))
-
-    def add_payload_json(self, trace_id: int, span_id: int, kind: str, text: str) -> None:
-        """`add_payload` for a payload already serialised as JSON text."""
+    def add_payload(self, trace_id: int, span_id: int, kind: str, text: str) -> None:
+        """Keep the full input or output of a span (JSON text); its attribute holds a cut copy."""
         self._held.payloads.append((f"{trace_id:032x}", f"{span_id:016x}", kind, _no_nul(text)))
 
     def take(self) -> SpanBatch:

@@ -76,18 +76,19 @@ class RunService:
         # The profile the run will most likely use (the message's, else the conversation's,
         # which is the default one unless the conversation names another) is read in the
         # round trip that locks the conversation; `build` checks that the guess was right.
-        early: dict[str, AgentVersion | UnknownAgentError] = {}
+        early: AgentVersion | UnknownAgentError | None = None
 
         async def guess(conn: Conn) -> None:
+            nonlocal early
             try:
-                early["agent"] = await resolve_agent(conn, who.tenant_id, message.agent)
+                early = await resolve_agent(conn, who.tenant_id, message.agent)
             except UnknownAgentError as exc:  # raised by `build`, after the conversation's 404
-                early["agent"] = exc
+                early = exc
 
         async def build(conn: Conn, conversation: dict[str, Any]) -> NewRun:
             # In the transaction that locks the conversation: its row is read once.
             ref = message.agent or conversation["agent"]
-            found = early.get("agent") if ref == message.agent else None
+            found = early if ref == message.agent else None
             if isinstance(found, UnknownAgentError):
                 raise found
             agent = found or await resolve_agent(conn, who.tenant_id, ref)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import psycopg
 import pytest
@@ -28,8 +29,8 @@ async def test_every_collected_span_and_payload_is_stored(pool: Pool, count: int
                 pass
     trace_id = root.get_span_context().trace_id
     span_id = root.get_span_context().span_id
-    sink.add_payload(trace_id, span_id, "input", {"text": "héllo", "n": 1})
-    sink.add_payload(trace_id, span_id, "input", {"text": "a second copy is ignored"})
+    sink.add_payload(trace_id, span_id, "input", json.dumps({"text": "héllo", "n": 1}))
+    sink.add_payload(trace_id, span_id, "input", json.dumps({"text": "a second copy is ignored"}))
 
     await sink.flush()
     await sink.flush()  # nothing left: a no-op
@@ -93,7 +94,7 @@ async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: 
     ) as span:
         span.add_event("retry", {"why": "\x00"})
     context = span.get_span_context()
-    sink.add_payload(context.trace_id, context.span_id, "output", {"text": ["\x00"]})
+    sink.add_payload(context.trace_id, context.span_id, "output", json.dumps({"text": ["\x00"]}))
     await sink.flush()
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -113,7 +114,7 @@ async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: 
 async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) -> None:
     sink = PostgresSpanSink(pool)
     _spans(sink, "run_sink_taken", 2)
-    sink.add_payload(1, 2, "input", {"text": "whole"})
+    sink.add_payload(1, 2, "input", json.dumps({"text": "whole"}))
     batch = sink.take()
     async with pool.connection() as conn, conn.transaction():
         await batch.insert(conn)
