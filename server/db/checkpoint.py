@@ -8,15 +8,20 @@ that lock exclusively, without waiting, before it changes the generation: a writ
 makes it skip the run until the write has committed, and a write that starts after it waits
 for it, then fails. The fence locks no row, so it writes no WAL and never waits for the
 worker's own event appends (docs/decisions/1980).
+
+A run may also hand the saver a `Rider` (`agentrt_rider` in `configurable`): its writes go in
+the same transaction as the checkpoint's, after them. The worker's event writer rides so, and
+the events a step queued commit with the step's checkpoint instead of in a transaction of
+their own (docs/decisions/2005).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -29,15 +34,37 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres import _ainternal
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg import AsyncCursor
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import DictRow, dict_row
 
 from server.errors import LeaseLostError
 
 FENCE_RUN = "agentrt_run_id"
 FENCE_GENERATION = "agentrt_lease_generation"
+FENCE_RIDER = "agentrt_rider"
 FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
-_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+
+# Told how the transaction it rode in ended: None when it committed, else the error (whether
+# the commit happened may then be unknown).
+Landing = Callable[[BaseException | None], None]
+
+
+class Rider(Protocol):
+    """Writes of a run that may go in the transaction of one of its checkpoint writes."""
+
+    async def board(self, conn: AsyncConnection[DictRow]) -> Landing | None:
+        """Run the writes on `conn`, inside the transaction; None if there was nothing to do."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Fence:
+    run_id: str
+    generation: int
+    rider: Rider | None
+
+
+_fence: contextvars.ContextVar[_Fence | None] = contextvars.ContextVar(
     "agentrt_fence", default=None
 )
 
@@ -76,17 +103,28 @@ def reusing_reads(thread_id: str) -> Iterator[None]:
 
 def fence_of(config: RunnableConfig) -> tuple[str, int] | None:
     """Return the (run id, lease generation) a checkpoint write must hold, if any."""
+    fence = _fence_of(config)
+    return None if fence is None else (fence.run_id, fence.generation)
+
+
+def _fence_of(config: RunnableConfig) -> _Fence | None:
     configurable = config.get("configurable", {})
     if FENCE_RUN in configurable and FENCE_GENERATION in configurable:
-        return str(configurable[FENCE_RUN]), int(configurable[FENCE_GENERATION])
+        rider = configurable.get(FENCE_RIDER)
+        return _Fence(
+            str(configurable[FENCE_RUN]),
+            int(configurable[FENCE_GENERATION]),
+            rider if hasattr(rider, "board") else None,
+        )
     return None
 
 
 class FencedPostgresSaver(AsyncPostgresSaver):
     """`AsyncPostgresSaver` whose writes for a leased run are refused once the lease is lost.
 
-    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable`; writes
-    without them (LangGraph tooling, tests) behave exactly as the base class.
+    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
+    a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
+    exactly as the base class.
     """
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -119,7 +157,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint under the run's lease fence (checked in the same transaction)."""
-        token = _fence.set(fence_of(config))
+        token = _fence.set(_fence_of(config))
         try:
             return await super().aput(config, checkpoint, metadata, new_versions)
         finally:
@@ -133,7 +171,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, fenced like `aput`."""
-        token = _fence.set(fence_of(config))
+        token = _fence.set(_fence_of(config))
         try:
             await super().aput_writes(config, writes, task_id, task_path)
         finally:
@@ -146,12 +184,13 @@ class FencedPostgresSaver(AsyncPostgresSaver):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        run_id, generation = fence
+        run_id, generation = fence.run_id, fence.generation
         # The base class serialises on self.lock because it may own a single connection;
         # with a pool each write has its own connection, so runs need not wait for each other.
         # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
-        # implicit transaction, so the fence and the writes commit (or fail) together in one
-        # round trip, and the fence's row lock is held until then.
+        # implicit transaction, so the fence, the writes and the rider's writes commit (or
+        # fail) together, and the fence's lock is held until then.
+        landing: Landing | None = None
         try:
             async with (
                 _ainternal.get_connection(self.conn) as conn,
@@ -160,9 +199,15 @@ class FencedPostgresSaver(AsyncPostgresSaver):
             ):
                 await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
                 yield cur
-        except psycopg.Error as exc:
-            if exc.sqlstate == FENCE_SQLSTATE:
+                if fence.rider is not None:
+                    landing = await fence.rider.board(conn)
+        except BaseException as exc:
+            if landing is not None:
+                landing(exc)
+            if isinstance(exc, psycopg.Error) and exc.sqlstate == FENCE_SQLSTATE:
                 raise LeaseLostError(
                     f"run {run_id}: checkpoint refused, lease generation {generation} superseded"
                 ) from exc
             raise
+        if landing is not None:
+            landing(None)

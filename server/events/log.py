@@ -161,7 +161,7 @@ async def _append(
     ):
         raise RunFinishedError(head.run_id, head.status)
     now = datetime.now(UTC)
-    new, stored = _fold(head, events, now)
+    new, stored = fold_events(head, events, now)
     params = _params(head, new, stored, generation, now)
     # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
@@ -171,7 +171,7 @@ async def _append(
     return new, stored
 
 
-def _fold(
+def fold_events(
     head: RunHead, events: list[NewEvent], now: datetime
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Give `events` their seq values and fold them into a copy of the head's snapshot."""

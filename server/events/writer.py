@@ -7,17 +7,42 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 from graphs.events import EventType
+from server.db.checkpoint import Landing
 from server.db.pool import Conn, Pool
-from server.errors import LeaseLostError
-from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
+from server.errors import LeaseLostError, RunFinishedError
+from server.events.log import (
+    NewEvent,
+    RunHead,
+    StoreHook,
+    append_events,
+    fold_events,
+    load_head,
+)
 from server.events.store import STATEMENT_MAX
 
 log = logging.getLogger(__name__)
+
+
+# Events that report what a step did rather than what is under way: a client loses nothing
+# when they reach it a moment later. They wait for a checkpoint write of the run to carry them
+# (`board`), for the next event of another type, or for the writer's linger time.
+CARRIED = frozenset(
+    {
+        EventType.CONTEXT_BUILT,
+        EventType.USAGE,
+        EventType.MESSAGE_ITEM_COMPLETED,
+        EventType.TOOL_COMPLETED,
+        EventType.TOOL_FAILED,
+        EventType.RETRIEVAL_COMPLETED,
+        EventType.SKILL_LOADED,
+    }
+)
 
 
 class EventWriter:
@@ -26,7 +51,10 @@ class EventWriter:
     `emit` never blocks: it appends to the buffer and wakes the flusher. While one batch is
     being written, new events accumulate and go out in the next one (group commit), so token
     deltas cost one transaction per batch, not per token, and a lone event goes out at once.
-    Database errors are retried with backoff and lose nothing; a lost lease stops the writer.
+    Events of the `CARRIED` types wait up to `linger_s` for a checkpoint write of the run to
+    take them into its transaction (the writer is the saver's `Rider`), so a step's reports
+    cost no commit of their own. Database errors are retried with backoff and lose nothing; a
+    lost lease stops the writer.
 
     Args:
         pool: The pool.
@@ -34,6 +62,7 @@ class EventWriter:
         max_batch: The most events stored in one append.
         on_stored: Called with the number of events of every stored batch.
         hooks: Rows written with the events they derive from (`append_events`).
+        linger_s: The longest a `CARRIED` event waits for a checkpoint write.
     """
 
     def __init__(
@@ -44,6 +73,7 @@ class EventWriter:
         max_batch: int = 2000,
         on_stored: Callable[[int], None] | None = None,
         hooks: Sequence[StoreHook] = (),
+        linger_s: float = 0.05,
     ) -> None:
         self._pool = pool
         self._on_stored = on_stored
@@ -54,6 +84,14 @@ class EventWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._max_batch = max_batch
+        self._linger_s = linger_s
+        self._due = False  # the buffer must go out now, not wait for a checkpoint write
+        self._timer: asyncio.TimerHandle | None = None
+        # Held by whoever is storing a batch: the flusher, `commit`, or a checkpoint write.
+        self._turn = asyncio.Lock()
+        # A batch whose transaction failed in a way that may still have committed it; it is
+        # back at the head of the buffer until the log says whether it was stored.
+        self._doubt: tuple[RunHead, list[NewEvent]] | None = None
         self.error: BaseException | None = None
         self._task = asyncio.create_task(self._run(), name=f"event-writer-{head.run_id}")
 
@@ -68,13 +106,26 @@ class EventWriter:
             raise self.error
         self._buffer.append(NewEvent(kind, data or {}))
         self._idle.clear()
-        self._wake.set()
+        if kind not in CARRIED or self._due:
+            self._hurry()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._linger_s, self._hurry)
 
     async def flush(self) -> None:
         """Wait until everything queued so far is stored."""
+        if not self._idle.is_set():
+            self._hurry()
         await self._idle.wait()
         if self.error is not None:
             raise self.error
+
+    async def folded(self) -> RunHead:
+        """Return the head as it will be once everything queued so far is stored."""
+        async with self._turn:
+            if self.error is not None:
+                raise self.error
+            head, _ = fold_events(self.head, self._buffer, datetime.now(UTC))
+            return head
 
     async def finish(
         self,
@@ -94,10 +145,27 @@ class EventWriter:
     ) -> None:
         """Store everything queued, then `events` with `before` and `extra` in one transaction.
 
-        `before` runs ahead of the append (it needs no head), `extra` after it.
+        `before` runs ahead of the append (it needs no head), `extra` after it. A few queued
+        events go in that same transaction; many are stored first.
         """
-        await self.flush()
-        await self._append(events, extra, before)
+        if len(self._buffer) + len(events) >= STATEMENT_MAX:
+            await self.flush()
+        async with self._turn:
+            if self.error is not None:
+                raise self.error
+            await self._settle()
+            queued = self._take(len(self._buffer))
+            try:
+                await self._append(queued + events, extra, before)
+            except (LeaseLostError, RunFinishedError) as exc:
+                # What was queued cannot be stored either: the writer is done.
+                self.error = exc
+                raise
+            except BaseException:
+                self._buffer[:0] = queued
+                raise
+            finally:
+                self._idle_if_empty()
 
     async def close(self) -> None:
         """Stop the flusher after storing what is queued (unless the lease was lost)."""
@@ -107,6 +175,114 @@ class EventWriter:
         finally:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+            self._cancel_timer()
+
+    async def board(self, conn: Conn) -> Landing | None:
+        """Append what is queued in the caller's transaction: a checkpoint write of the run.
+
+        Return what to call once that transaction has ended, or None if nothing was appended
+        (nothing queued, another batch in flight, or a batch too large for a pipeline).
+        """
+        if self._turn.locked() or not self._may_board():
+            return None
+        await self._turn.acquire()  # free: taken at once, unless a waiter was just woken
+        if not self._may_board():
+            self._turn.release()
+            self._idle_if_empty()
+            return None
+        head, batch = self.head, self._take(len(self._buffer))
+        try:
+            new_head, _ = await append_events(
+                conn, self.run_id, batch, generation=head.generation, head=head, hooks=self._hooks
+            )
+        except (psycopg.Error, asyncio.CancelledError):
+            self._land(head, batch, None, failed=True)
+            raise
+        except Exception:
+            # Refused before anything was sent (the run ended, a lease moved on): the writer's
+            # own append meets the same refusal and stops the attempt.
+            self._land(head, batch, None, failed=False)
+            return None
+
+        def land(exc: BaseException | None) -> None:
+            self._land(head, batch, new_head if exc is None else None, failed=exc is not None)
+
+        return land
+
+    def _may_board(self) -> bool:
+        queued = len(self._buffer)
+        return self.error is None and self._doubt is None and 0 < queued < STATEMENT_MAX
+
+    def _land(
+        self, head: RunHead, batch: list[NewEvent], stored: RunHead | None, *, failed: bool
+    ) -> None:
+        """End a boarding: keep its head if stored, else put its batch back, maybe in doubt."""
+        try:
+            if stored is not None:
+                self.head = stored
+                if self._on_stored is not None:
+                    self._on_stored(len(batch))
+                return
+            self._buffer[:0] = batch
+            if failed:
+                self._doubt = (head, batch)
+            self._hurry()
+        finally:
+            self._turn.release()
+            self._idle_if_empty()
+
+    def _hurry(self) -> None:
+        """Have the flusher store the buffer now."""
+        self._due = True
+        self._wake.set()
+
+    def _take(self, count: int) -> list[NewEvent]:
+        """Take the first `count` events of the buffer; a buffer left empty owes nothing."""
+        batch = self._buffer[:count]
+        del self._buffer[:count]
+        if not self._buffer:
+            self._due = False
+            self._cancel_timer()
+        return batch
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle_if_empty(self) -> None:
+        if not self._buffer and not self._turn.locked():
+            self._idle.set()
+
+    async def _settle(self) -> None:
+        """Learn whether the batch in doubt was stored; drop it from the buffer if it was."""
+        while self._doubt is not None:
+            head, batch = self._doubt
+            try:
+                stored = await self._stored(head, batch)
+            except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
+                log.warning("run %s: reading the log failed (%s); retrying", self.run_id, exc)
+                await asyncio.sleep(0.2)
+                continue
+            self._doubt = None
+            if stored is not None:
+                del self._buffer[: len(batch)]
+                self.head = stored
+                if self._on_stored is not None:
+                    self._on_stored(len(batch))
+
+    async def _stored(self, head: RunHead, batch: list[NewEvent]) -> RunHead | None:
+        """Return the run's head if `batch` was appended after `head`, None if it was not."""
+        async with self._pool.connection() as conn:
+            fresh = await load_head(conn, self.run_id, lock=False)
+            if fresh.generation != head.generation:
+                raise LeaseLostError(f"run {self.run_id}: lease taken over")
+            if fresh.seq < head.seq + len(batch):
+                return None
+            if not await _stored_here(conn, head, batch, fresh.seq):
+                # Someone else appended under our lease: never guess, stop the attempt.
+                raise LeaseLostError(f"run {self.run_id}: the log moved")
+        return fresh
 
     async def _append(
         self,
@@ -136,36 +312,32 @@ class EventWriter:
                 log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-                # The transaction may or may not have committed: re-read the head to know.
-                async with self._pool.connection() as conn:
-                    fresh = await load_head(conn, self.run_id, lock=False)
-                    if fresh.generation != self.head.generation:
-                        raise LeaseLostError(f"run {self.run_id}: lease taken over") from exc
-                    if fresh.seq < self.head.seq + len(batch):
-                        continue  # not stored: append it again
-                    if not await _stored_here(conn, self.head, batch, fresh.seq):
-                        # Someone else appended under our lease: never guess, stop the attempt.
-                        raise LeaseLostError(f"run {self.run_id}: the log moved") from exc
-                self.head = fresh
-                return
+                # The transaction may or may not have committed: read the log to know.
+                stored = await self._stored(self.head, batch)
+                if stored is not None:
+                    self.head = stored
+                    return
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._buffer:
-                batch = self._buffer[: self._max_batch]
-                del self._buffer[: len(batch)]
+            while self._buffer and self._due:
                 try:
-                    await self._append(batch)
+                    async with self._turn:
+                        await self._settle()
+                        batch = self._take(min(len(self._buffer), self._max_batch))
+                        if batch:
+                            await self._append(batch)
                 except BaseException as exc:
                     self.error = exc
                     self._buffer.clear()
+                    self._cancel_timer()
                     self._idle.set()
                     if not isinstance(exc, Exception):
                         raise
                     return
-            self._idle.set()
+            self._idle_if_empty()
 
 
 def _pipelined(

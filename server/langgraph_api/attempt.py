@@ -20,7 +20,6 @@ from langgraph.types import Command, Interrupt
 from graphs.events import EventType
 from nodes.models.usage import RunTotals, UsageMeter
 from server.agents.runtime import tenant_overlay
-from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
 from server.langgraph_api.parts import StreamParts, graph_events
@@ -124,8 +123,7 @@ class GraphAttempt(Attempt):
         configurable = {
             **(given.get("configurable") or {}),
             "thread_id": self.run.conversation_id,
-            FENCE_RUN: self.run.id,
-            FENCE_GENERATION: self.run.lease_generation,
+            **self._fence(),
         }
         if params.get("checkpoint_id"):
             configurable["checkpoint_id"] = params["checkpoint_id"]

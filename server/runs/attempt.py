@@ -29,7 +29,7 @@ from server.agents.runtime import context_setup, profile_toolbox, run_caller, te
 from server.agents.store import AgentVersion, run_agent
 from server.artifacts.storage import Storage
 from server.artifacts.writer import RunArtifacts
-from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN, reusing_reads
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, Rider, reusing_reads
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
@@ -156,6 +156,7 @@ class Attempt:
         projector: StreamProjector,
         emit: EventSink,
         recorded: set[str],
+        rider: Rider | None = None,
     ) -> None:
         self.deps = deps
         self.claim = claim
@@ -164,6 +165,7 @@ class Attempt:
         self.projector = projector
         self.emit = emit
         self.recorded = recorded
+        self.rider = rider
 
     async def execute(self, callbacks: list[BaseCallbackHandler]) -> Outcome:
         """Drive the graph under the run's deadline; return how the attempt ended."""
@@ -263,14 +265,20 @@ class Attempt:
 
     def _config(self, callbacks: list[BaseCallbackHandler], agent: AgentVersion) -> RunnableConfig:
         return {
-            "configurable": {
-                **self._thread()["configurable"],
-                FENCE_RUN: self.run.id,
-                FENCE_GENERATION: self.run.lease_generation,
-            },
+            "configurable": {**self._thread()["configurable"], **self._fence()},
             "recursion_limit": self._max_steps(agent) * 4 + 10,
             "callbacks": callbacks,
         }
+
+    def _fence(self) -> dict[str, Any]:
+        """The `configurable` keys that fence the run's checkpoint writes by its lease."""
+        fence: dict[str, Any] = {
+            FENCE_RUN: self.run.id,
+            FENCE_GENERATION: self.run.lease_generation,
+        }
+        if self.rider is not None:  # the run's queued events ride in those writes
+            fence[FENCE_RIDER] = self.rider
+        return fence
 
     def _max_steps(self, agent: AgentVersion) -> int:
         options, settings = self.run.options, self.deps.settings

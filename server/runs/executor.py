@@ -68,7 +68,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
         )
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     kind = GraphAttempt if "langgraph" in run.options else Attempt
-    attempt = kind(deps, claim, handle, projector, emit, recorded)
+    attempt = kind(deps, claim, handle, projector, emit, recorded, writer)
     info = RunInfo(run.id, run.conversation_id, run.tenant_id, head.attempt)
     token = run_context.set({"run_id": run.id, "tenant_id": run.tenant_id})
     try:
@@ -195,9 +195,9 @@ async def _finish(
 
 
 async def _complete(writer: EventWriter, run: Run, spans: SpanBatch) -> bool:
-    await writer.flush()
     message_id = new_id("msg")
-    output = output_text(writer.head.snapshot)
+    # What is still queued goes in the transaction of `run.completed`, and shapes its output.
+    output = output_text((await writer.folded()).snapshot)
 
     async def store_message(conn: Conn, head: RunHead) -> None:
         await conn.execute(

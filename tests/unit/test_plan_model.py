@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from server.events.log import NewEvent, RunHead, _fold
+from server.events.log import NewEvent, RunHead, fold_events
 from server.events.snapshot import apply_event, empty_snapshot
 from tools.plan.model import PlanError, changes, close_plan, update_plan
 
@@ -100,7 +100,7 @@ def test_a_cancel_stored_after_a_plan_is_preceded_by_the_plan_it_closes() -> Non
     plan = update_plan(None, "r", "create", steps=STEPS)
     plan = update_plan(plan, "r", "mark", step_id="1", status="running")
     head = RunHead("r", 0, "queued", 0, empty_snapshot("r"), 1)
-    head, stored = _fold(
+    head, stored = fold_events(
         head,
         [
             NewEvent("run.created", {}),  # type: ignore[arg-type]
@@ -134,7 +134,7 @@ def test_a_failure_stored_after_a_plan_fails_its_running_step_only() -> None:
         NewEvent("plan.updated", {"plan": plan, "changed": [], "reason": "tool"}),  # type: ignore[arg-type]
         NewEvent("run.failed", {"errorType": "step_limit", "message": "too many"}),  # type: ignore[arg-type]
     ]
-    head, stored = _fold(head, events, datetime.now(UTC))
+    head, stored = fold_events(head, events, datetime.now(UTC))
     closing = stored[3]
     assert closing.type == "plan.updated" and closing.data["reason"] == "run.failed"
     assert closing.data["changed"] == [
@@ -142,7 +142,7 @@ def test_a_failure_stored_after_a_plan_fails_its_running_step_only() -> None:
     ]
     assert [s["status"] for s in head.snapshot["plan"]["steps"]] == ["done", "failed", "pending"]
     # A run without a plan stores its end alone.
-    bare, stored = _fold(
+    bare, stored = fold_events(
         RunHead("q", 0, "queued", 0, empty_snapshot("q"), 1),
         events[:2] + events[3:],
         datetime.now(UTC),

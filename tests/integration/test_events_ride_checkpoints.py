@@ -1,0 +1,204 @@
+"""A step's reports are stored in the transaction of the run's next checkpoint write.
+
+The event writer holds events of its `CARRIED` types for a moment; a fenced checkpoint write
+of the run takes them into its own transaction. Nothing is lost, stored twice or reordered
+when that transaction is refused or broken off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+
+from graphs.events import EventType
+from server.auth import Principal
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, FencedPostgresSaver
+from server.db.pool import Pool
+from server.errors import LeaseLostError
+from server.events.log import NewEvent, RunHead, append_events, load_head
+from server.events.writer import EventWriter
+from server.process import setup_checkpointer
+from server.runs.conversations import create_conversation
+from server.runs.records import create_run
+
+pytestmark = pytest.mark.timeout(120)
+
+WHO = Principal("t-ride", "u")
+BUILT = EventType.SKILL_LOADED  # a carried type with no fold or trigger of its own
+NOTE = "note"  # not carried: stored at once
+
+
+async def _claimed(pool: Pool) -> tuple[str, RunHead]:
+    """A run leased as a worker leases it, `run.started` stored; its conversation and head."""
+    conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
+    run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE runs SET lease_generation = 1, lease_owner = 'test',"
+            " lease_expires_at = now() + interval '5 minutes' WHERE id = %s",
+            (run.id,),
+        )
+        await append_events(conn, run.id, [NewEvent("run.started", {"attempt": 1})], generation=1)
+        return conv, await load_head(conn, run.id, lock=False)
+
+
+def _config(conv: str, head: RunHead, writer: EventWriter | None) -> RunnableConfig:
+    configurable: dict[str, Any] = {
+        "thread_id": conv,
+        "checkpoint_ns": "",
+        FENCE_RUN: head.run_id,
+        FENCE_GENERATION: head.generation,
+    }
+    if writer is not None:
+        configurable[FENCE_RIDER] = writer
+    return {"configurable": configurable}
+
+
+async def _put(saver: FencedPostgresSaver, config: RunnableConfig) -> None:
+    await saver.aput(config, empty_checkpoint(), {}, {})
+
+
+async def _log(pool: Pool, run_id: str) -> list[tuple[int, str, str]]:
+    """The run's events after `run.started`: (seq, type, id of the transaction that stored it)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, type, xmin::text AS tx FROM run_events WHERE run_id = %s AND seq > 2"
+            " ORDER BY seq",
+            (run_id,),
+        )
+        return [(r["seq"], r["type"], r["tx"]) for r in await cur.fetchall()]
+
+
+async def _checkpoint_txs(pool: Pool, conv: str) -> set[str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT xmin::text AS tx FROM checkpoints WHERE thread_id = %s", (conv,)
+        )
+        return {r["tx"] for r in await cur.fetchall()}
+
+
+async def _until(check: Any, deadline_s: float = 60.0) -> None:
+    async with asyncio.timeout(deadline_s):
+        while not await check():
+            await asyncio.sleep(0.02)
+
+
+async def test_queued_reports_commit_with_the_runs_next_checkpoint_write(pool: Pool) -> None:
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)  # only a checkpoint write can carry them
+    try:
+        writer.emit(BUILT, {"n": 1})
+        writer.emit(BUILT, {"n": 2})
+        await _put(saver, _config(conv, head, None))  # a write the writer does not ride
+        assert await _log(pool, head.run_id) == []
+
+        await _put(saver, _config(conv, head, writer))
+        log = await _log(pool, head.run_id)
+        assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, BUILT)]
+        assert {tx for _, _, tx in log} <= await _checkpoint_txs(pool, conv)
+        assert writer.head.seq == 4
+
+        writer.emit(NOTE)  # the log goes on from the head the checkpoint write left
+        await writer.flush()
+        assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)][-1] == (5, NOTE)
+    finally:
+        await writer.close()
+
+
+async def test_a_report_waits_for_the_next_event_or_the_linger_time_whichever_comes_first(
+    pool: Pool,
+) -> None:
+    _, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=0.3)
+    try:
+        writer.emit(BUILT, {"n": 1})
+        writer.emit(NOTE)  # not carried: both go now, in order, in one transaction
+        await writer.flush()
+        log = await _log(pool, head.run_id)
+        assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, NOTE)]
+        assert len({tx for _, _, tx in log}) == 1
+
+        writer.emit(BUILT, {"n": 2})  # alone: stored once the linger time is up
+
+        async def stored() -> bool:
+            return len(await _log(pool, head.run_id)) == 3
+
+        await _until(stored)
+    finally:
+        await writer.close()
+
+
+async def test_the_runs_last_event_takes_the_queued_reports_into_its_transaction(
+    pool: Pool,
+) -> None:
+    _, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    writer.emit(BUILT, {"n": 1})
+    folded = await writer.folded()
+    assert folded.seq == head.seq + 1 and writer.head.seq == head.seq  # a preview, not stored
+    await writer.finish(EventType.RUN_COMPLETED, {"output": ""})
+    await writer.close()
+    log = await _log(pool, head.run_id)
+    assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, EventType.RUN_COMPLETED)]
+    assert len({tx for _, _, tx in log}) == 1
+
+
+async def test_a_refused_checkpoint_write_stores_none_of_the_queued_events(pool: Pool) -> None:
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    try:
+        writer.emit(BUILT, {"n": 1})
+        async with pool.connection() as conn:  # another worker takes the run over
+            await conn.execute(
+                "UPDATE runs SET lease_generation = 2 WHERE id = %s", (head.run_id,)
+            )
+        with pytest.raises(LeaseLostError):
+            await _put(saver, _config(conv, head, writer))
+        with pytest.raises(LeaseLostError):  # the writer stops too, and stores nothing
+            await writer.flush()
+        assert await _log(pool, head.run_id) == []
+        assert await _checkpoint_txs(pool, conv) == set()
+    finally:
+        await writer.close()
+
+
+async def test_events_of_a_checkpoint_write_broken_off_midway_are_stored_once_by_the_writer(
+    pool: Pool,
+) -> None:
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    try:
+        writer.emit(BUILT, {"n": 1})
+        writer.emit(BUILT, {"n": 2})
+        async with pool.connection() as locker, locker.transaction():
+            # The append in the checkpoint's transaction waits for this row lock...
+            await locker.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (head.run_id,))
+            putting = asyncio.ensure_future(_put(saver, _config(conv, head, writer)))
+            async with pool.connection() as admin:
+
+                async def killed() -> bool:  # ...and its connection is cut while it waits
+                    cur = await admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                        ("%UPDATE runs SET%last_event_seq%",),
+                    )
+                    return bool(await cur.fetchall())
+
+                await _until(killed)
+            with pytest.raises(psycopg.OperationalError):
+                await putting
+        await writer.flush()  # the writer learns the batch was not stored, and stores it
+        log = await _log(pool, head.run_id)
+        assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, BUILT)]
+        assert await _checkpoint_txs(pool, conv) == set()
+        assert writer.head.seq == 4
+    finally:
+        await writer.close()
