@@ -84,7 +84,7 @@ async def _checkpoint_txs(pool: Pool, conv: str) -> set[str]:
 
 async def _until(check: Any, deadline_s: float = 60.0) -> None:
     async with asyncio.timeout(deadline_s):
-        while not await check():
+        while not await check():  # noqa: ASYNC110 (state in the database, no event of its own)
             await asyncio.sleep(0.02)
 
 
