@@ -156,9 +156,7 @@ async def test_a_refused_checkpoint_write_stores_none_of_the_queued_events(pool:
     try:
         writer.emit(BUILT, {"n": 1})
         async with pool.connection() as conn:  # another worker takes the run over
-            await conn.execute(
-                "UPDATE runs SET lease_generation = 2 WHERE id = %s", (head.run_id,)
-            )
+            await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (head.run_id,))
         with pytest.raises(LeaseLostError):
             await _put(saver, _config(conv, head, writer))
         with pytest.raises(LeaseLostError):  # the writer stops too, and stores nothing
