@@ -109,6 +109,7 @@ async def append_events(
     extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
     hooks: Sequence[StoreHook] = (),
     before: Callable[[Conn], Awaitable[None]] | None = None,
+    pipelined: bool = False,
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Append `events` to the run's log atomically and return the new head.
 
@@ -126,6 +127,9 @@ async def append_events(
         hooks: Write rows derived from events of their types in the same transaction.
         before: Runs in the same transaction before the run's row is locked or updated, for
             rows that need no head: the row is then held for less time.
+        pipelined: `conn` is in the implicit transaction of the caller's pipeline (a
+            checkpoint write): the append adds its statements there, and opens no
+            transaction of its own. Only with `head`, for at most `STATEMENT_MAX` events.
 
     Raises:
         LeaseLostError: `generation` is no longer the run's lease generation.
@@ -133,7 +137,7 @@ async def append_events(
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
     if head is not None and extra is None and before is None:
-        return await _append(conn, head, events, generation, hooks)
+        return await _append(conn, head, events, generation, hooks, pipelined)
     async with conn.transaction():
         if before is not None:
             await before(conn)
@@ -153,6 +157,7 @@ async def _append(
     events: list[NewEvent],
     generation: int | None,
     hooks: Sequence[StoreHook],
+    pipelined: bool = False,
 ) -> tuple[RunHead, list[StoredEvent]]:
     after_end = is_terminal(head.status)
     # Only unleased writers (the memory jobs) add to a finished run, and only what may follow.
@@ -166,7 +171,7 @@ async def _append(
     # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
-    if not await store_batch(conn, params, stored, hooked):
+    if not await store_batch(conn, params, stored, hooked, in_transaction=pipelined):
         raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
     return new, stored
 

@@ -96,6 +96,8 @@ async def store_batch(
     params: dict[str, Any],
     stored: list[StoredEvent],
     hooked: list[tuple[StoreHook, list[StoredEvent]]],
+    *,
+    in_transaction: bool = False,
 ) -> bool:
     """Store a folded batch by the cheapest path; return False if the run's head had moved.
 
@@ -104,12 +106,16 @@ async def store_batch(
         params: The statements' parameters (`server/events/log.py` `_params`).
         stored: The batch's events with their seq values.
         hooked: Each store hook with the batch's events it writes rows for.
+        in_transaction: `conn` is in the caller's transaction even if its status says idle
+            (a pipeline's implicit transaction, once its results were read).
     """
     if len(stored) > STATEMENT_MAX:
+        if in_transaction:
+            raise ValueError(f"at most {STATEMENT_MAX} events go in the caller's pipeline")
         return await _append_by_copy(conn, params, stored, hooked)
     if not hooked:
         return await _append_statement(conn, params)
-    if conn.info.transaction_status == TransactionStatus.IDLE:
+    if not in_transaction and conn.info.transaction_status == TransactionStatus.IDLE:
         return await _append_pipelined(conn, params, hooked)
     # In the caller's transaction, which a lost fence rolls back whole.
     moved = await _append_statement(conn, params)

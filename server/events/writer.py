@@ -124,6 +124,7 @@ class EventWriter:
         async with self._turn:
             if self.error is not None:
                 raise self.error
+            await self._settle()
             head, _ = fold_events(self.head, self._buffer, datetime.now(UTC))
             return head
 
@@ -193,7 +194,13 @@ class EventWriter:
         head, batch = self.head, self._take(len(self._buffer))
         try:
             new_head, _ = await append_events(
-                conn, self.run_id, batch, generation=head.generation, head=head, hooks=self._hooks
+                conn,
+                self.run_id,
+                batch,
+                generation=head.generation,
+                head=head,
+                hooks=self._hooks,
+                pipelined=True,
             )
         except (psycopg.Error, asyncio.CancelledError):
             self._land(head, batch, None, failed=True)

@@ -25,6 +25,7 @@ from server.events.writer import EventWriter
 from server.process import setup_checkpointer
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run
+from server.skills.usage import SKILL_LOADS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,10 +92,11 @@ async def _until(check: Any, deadline_s: float = 60.0) -> None:
 async def test_queued_reports_commit_with_the_runs_next_checkpoint_write(pool: Pool) -> None:
     saver = await setup_checkpointer(pool)
     conv, head = await _claimed(pool)
-    writer = EventWriter(pool, head, linger_s=600)  # only a checkpoint write can carry them
+    # Only a checkpoint write can carry them; the hook's row goes in the same transaction.
+    writer = EventWriter(pool, head, linger_s=600, hooks=[SKILL_LOADS])
     try:
-        writer.emit(BUILT, {"n": 1})
-        writer.emit(BUILT, {"n": 2})
+        writer.emit(BUILT, {"name": "a", "version": 1, "hash": "h1"})
+        writer.emit(BUILT, {"name": "b", "version": 2, "hash": "h2"})
         await _put(saver, _config(conv, head, None))  # a write the writer does not ride
         assert await _log(pool, head.run_id) == []
 
@@ -103,6 +105,15 @@ async def test_queued_reports_commit_with_the_runs_next_checkpoint_write(pool: P
         assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, BUILT)]
         assert {tx for _, _, tx in log} <= await _checkpoint_txs(pool, conv)
         assert writer.head.seq == 4
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT name, event_seq, xmin::text AS tx FROM skill_loads WHERE run_id = %s"
+                " ORDER BY name",
+                (head.run_id,),
+            )
+            loads = await cur.fetchall()
+        assert [(r["name"], r["event_seq"]) for r in loads] == [("a", 3), ("b", 4)]
+        assert {r["tx"] for r in loads} == {tx for _, _, tx in log}
 
         writer.emit(NOTE)  # the log goes on from the head the checkpoint write left
         await writer.flush()
