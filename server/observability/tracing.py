@@ -88,7 +88,7 @@ def _dt(ns: int | None) -> datetime:
 class SpanBatch:
     """Spans and payloads taken from the sink, to be written in one transaction."""
 
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     payloads: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -97,11 +97,12 @@ class SpanBatch:
     async def insert(self, conn: Conn, *, rows: bool = True) -> None:
         """Write the batch in the caller's transaction (pipelined or not; never COPY).
 
-        With `rows=False`, only its payloads (the spans went by COPY).
+        The spans go in one statement, as one JSON array. With `rows=False`, only the
+        payloads are written (the spans went by COPY).
         """
         async with conn.cursor() as cur:
             if self.rows and rows:
-                await cur.executemany(_INSERT_SPAN, self.rows)
+                await cur.execute(_INSERT_SPANS, (_no_nul(json.dumps(self.rows, default=str)),))
             if self.payloads:
                 await cur.executemany(
                     "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
@@ -167,7 +168,7 @@ class PostgresSpanSink(SpanProcessor):
                 async with self._pool.connection() as conn, conn.transaction():
                     async with conn.cursor() as cur, cur.copy(_COPY_SPANS) as copy:
                         for row in batch.rows:
-                            await copy.write_row(row)
+                            await copy.write_row(_copy_row(row))
                     await batch.insert(conn, rows=False)
                 return
             except psycopg.errors.UniqueViolation:
@@ -192,13 +193,24 @@ _SPAN_COLUMNS = (
     " duration_ms, status, error, attributes, events"
 )
 # A batch given back after a failure whose commit was in doubt may hold rows already stored.
-_INSERT_SPAN = (
-    f"INSERT INTO trace_spans ({_SPAN_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
-    " ON CONFLICT DO NOTHING"
-)
+_INSERT_SPANS = f"""
+INSERT INTO trace_spans ({_SPAN_COLUMNS})
+SELECT {_SPAN_COLUMNS} FROM jsonb_to_recordset(%s::jsonb) AS s(
+    trace_id text, span_id text, parent_span_id text, run_id text, tenant_id text, name text,
+    kind text, start_time timestamptz, end_time timestamptz, duration_ms double precision,
+    status text, error text, attributes jsonb, events jsonb)
+ON CONFLICT DO NOTHING
+"""
 _COPY_SPANS = f"COPY trace_spans ({_SPAN_COLUMNS}) FROM STDIN"
-# Up to this many spans go in one pipeline of INSERTs; more (a backlog) go through COPY.
+_COLUMNS = tuple(c.strip() for c in _SPAN_COLUMNS.split(","))
+# Up to this many spans go in one statement; more (a backlog) go through COPY.
 _INSERT_MAX = 64
+
+
+def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A span's row for COPY: NUL characters replaced, JSON columns as text."""
+    clean = _clean(row)
+    return tuple(_json(clean[c]) if c in ("attributes", "events") else clean[c] for c in _COLUMNS)
 
 
 def _clean(value: Any) -> Any:
@@ -224,7 +236,8 @@ def _no_nul(text: str) -> str:
     return text
 
 
-def _span_row(s: ReadableSpan) -> tuple[Any, ...]:
+def _span_row(s: ReadableSpan) -> dict[str, Any]:
+    """A span's row as JSON-ready values (NUL characters are dealt with when it is written)."""
     attrs = dict(s.attributes or {})
     ctx = s.get_span_context()
     assert ctx is not None
@@ -236,22 +249,22 @@ def _span_row(s: ReadableSpan) -> tuple[Any, ...]:
         for e in s.events
     ]
     start, end = s.start_time or 0, s.end_time or s.start_time or 0
-    return (
-        f"{ctx.trace_id:032x}",
-        f"{ctx.span_id:016x}",
-        f"{s.parent.span_id:016x}" if s.parent else None,
-        _clean(attrs.get("agentrt.run_id")),
-        _clean(attrs.get("agentrt.tenant_id")),
-        _clean(s.name),
-        _clean(str(attrs.get("agentrt.kind", "internal"))),
-        _dt(start),
-        _dt(end),
-        (end - start) / 1e6,
-        s.status.status_code.name.lower(),
-        _clean(error),
-        _json(attrs),
-        _json(events),
-    )
+    return {
+        "trace_id": f"{ctx.trace_id:032x}",
+        "span_id": f"{ctx.span_id:016x}",
+        "parent_span_id": f"{s.parent.span_id:016x}" if s.parent else None,
+        "run_id": attrs.get("agentrt.run_id"),
+        "tenant_id": attrs.get("agentrt.tenant_id"),
+        "name": s.name,
+        "kind": str(attrs.get("agentrt.kind", "internal")),
+        "start_time": _dt(start).isoformat(),
+        "end_time": _dt(end).isoformat(),
+        "duration_ms": (end - start) / 1e6,
+        "status": s.status.status_code.name.lower(),
+        "error": error,
+        "attributes": attrs,
+        "events": events,
+    }
 
 
 @dataclass(frozen=True)
