@@ -15,10 +15,8 @@ from langchain_core.messages import BaseMessage, message_to_dict
 from langchain_core.outputs import LLMResult
 from langgraph.constants import TAG_HIDDEN
 from langgraph.errors import GraphBubbleUp
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
 
-from server.observability.tracing import RunInfo, Tracing, cut
+from server.observability.tracing import RunInfo, RunSpan, Tracing, cut
 from tools.validation import redact
 
 # Redacted field names that JSON writes as they are: a key's text in a dump is the key.
@@ -65,11 +63,12 @@ class TraceCallbackHandler(BaseCallbackHandler):
     run_inline = True
     raise_error = False
 
-    def __init__(self, tracing: Tracing, info: RunInfo, parent: Span) -> None:
+    def __init__(self, tracing: Tracing, info: RunInfo, parent: RunSpan) -> None:
         self._tracing = tracing
         self._info = info
         self._root = parent
-        self._spans: dict[UUID, Span] = {}
+        self._common = info.attributes()
+        self._spans: dict[UUID, RunSpan] = {}
         self._own: set[UUID] = set()
         self._started: dict[UUID, float] = {}
         self._first_token: dict[UUID, float] = {}
@@ -78,7 +77,7 @@ class TraceCallbackHandler(BaseCallbackHandler):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _parent(self, parent_run_id: UUID | None) -> Span:
+    def _parent(self, parent_run_id: UUID | None) -> RunSpan:
         return self._spans.get(parent_run_id, self._root) if parent_run_id else self._root
 
     def _open(
@@ -88,18 +87,18 @@ class TraceCallbackHandler(BaseCallbackHandler):
         name: str,
         kind: str,
         attributes: dict[str, Any],
-    ) -> Span:
-        span = self._tracing.tracer.start_span(
+    ) -> RunSpan:
+        span = self._tracing.span(
             name,
-            context=trace.set_span_in_context(self._parent(parent_run_id)),
-            attributes={**self._info.attributes(), "agentrt.kind": kind, **attributes},
+            self._parent(parent_run_id),
+            {**self._common, "agentrt.kind": kind, **attributes},
         )
         self._spans[run_id] = span
         self._own.add(run_id)
         self._started[run_id] = time.perf_counter()
         return span
 
-    def _close(self, run_id: UUID, error: BaseException | None = None) -> Span | None:
+    def _close(self, run_id: UUID, error: BaseException | None = None) -> RunSpan | None:
         span = self._spans.pop(run_id, None)
         if run_id not in self._own or span is None:
             return None
@@ -109,19 +108,18 @@ class TraceCallbackHandler(BaseCallbackHandler):
                 span.add_event("interrupted", {"reason": type(error).__name__})
             else:
                 span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.set_error(f"{type(error).__name__}: {error}")
         span.end()
         return span
 
-    def _payload(self, span: Span, kind: str, data: Any) -> None:
+    def _payload(self, span: RunSpan, kind: str, data: Any) -> None:
         text = redacted_json(data, self._tracing.settings.redact_fields)
         shown, truncated = cut(text, self._tracing.settings.trace_payload_chars)
         span.set_attribute(f"agentrt.{kind}", shown)
         if truncated:
             # Only a cut attribute needs its full copy kept apart; an uncut one is the payload.
             span.set_attribute(f"agentrt.{kind}_truncated", True)
-            ctx = span.get_span_context()
-            self._tracing.sink.add_payload(ctx.trace_id, ctx.span_id, kind, text)
+            self._tracing.sink.add_payload(span.trace_id, span.span_id, kind, text)
 
     # -- graph nodes ----------------------------------------------------------------------
 
@@ -301,5 +299,5 @@ class TraceCallbackHandler(BaseCallbackHandler):
         for run_id in list(self._own):
             span = self._spans.get(run_id)
             if span is not None:
-                span.set_status(Status(StatusCode.ERROR, reason))
+                span.set_error(reason)
             self._close(run_id)

@@ -18,6 +18,10 @@ from opentelemetry import trace
 run_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "agentrt_run_context", default=None
 )
+# The trace and span ids of the run attempt being executed (server/observability/tracing.py).
+current_span_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "agentrt_span_ids", default=None
+)
 
 
 class ContextFilter(logging.Filter):
@@ -28,9 +32,12 @@ class ContextFilter(logging.Filter):
         ctx = run_context.get() or {}
         record.run_id = ctx.get("run_id", "")
         record.tenant_id = ctx.get("tenant_id", "")
-        span = trace.get_current_span().get_span_context()
-        record.trace_id = f"{span.trace_id:032x}" if span.is_valid else ""
-        record.span_id = f"{span.span_id:016x}" if span.is_valid else ""
+        ids = current_span_ids.get()
+        if ids is None:  # code traced by OpenTelemetry's own API (a library's instrumentation)
+            span = trace.get_current_span().get_span_context()
+            ids = (span.trace_id, span.span_id) if span.is_valid else None
+        record.trace_id = "" if ids is None else f"{ids[0]:032x}"
+        record.span_id = "" if ids is None else f"{ids[1]:016x}"
         return True
 
 

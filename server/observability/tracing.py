@@ -1,49 +1,47 @@
-"""Traces of runs: OpenTelemetry spans, always stored in Postgres, optionally sent over OTLP.
+"""Traces of runs: spans always stored in Postgres, also exported over OpenTelemetry when set.
 
 A run's trace id and root span id are derived from its run id, so every attempt (in whatever
 process) joins the same trace; the root span itself is emitted when the run ends. Spans for
 nodes, model calls and tool calls come from a LangChain callback handler, so nodes need no
 tracing code of their own.
+
+Spans are recorded by `RunSpan`, a plain record: a run makes about ten of them, and the
+OpenTelemetry SDK's spans (sampling, context objects, attribute checks, locks) cost more than
+everything else the trace does. When an exporter is configured (OTLP, or one passed in), each
+ended span is also handed to it as the SDK's `ReadableSpan`, with the same ids and links
+(docs/decisions/2006).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+import random
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import (
-    NonRecordingSpan,
-    Span,
-    SpanContext,
-    Status,
-    StatusCode,
-    TraceFlags,
-)
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from server.db.pool import Conn, Pool
 from server.domain import Run
+from server.observability.logs import current_span_ids
 from server.observability.metrics import Metrics
 from server.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "agentrt_forced_ids", default=None
-)
 
 
 def run_trace_id(run_id: str) -> int:
@@ -61,18 +59,6 @@ def hex_trace_id(run_id: str) -> str:
     return f"{run_trace_id(run_id):032x}"
 
 
-class _RunIdGenerator(RandomIdGenerator):
-    """Random ids, except for a run's root span, whose ids come from the run id."""
-
-    def generate_trace_id(self) -> int:
-        forced = _forced_ids.get()
-        return forced[0] if forced else super().generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        forced = _forced_ids.get()
-        return forced[1] if forced else super().generate_span_id()
-
-
 def cut(text: str, limit: int) -> tuple[str, bool]:
     """Cut `text` to `limit` characters; return it and whether it was cut."""
     if len(text) <= limit:
@@ -82,6 +68,62 @@ def cut(text: str, limit: int) -> tuple[str, bool]:
 
 def _dt(ns: int | None) -> datetime:
     return datetime.fromtimestamp((ns or 0) / 1e9, UTC)
+
+
+@dataclass(eq=False)
+class RunSpan:
+    """A span of a run's trace: what it did, when, under which parent, and how it ended."""
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    start_ns: int
+    attributes: dict[str, Any]
+    on_end: Callable[[RunSpan], None] = field(repr=False)
+    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    error: str | None = None
+    end_ns: int | None = None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Set an attribute; None is no value (as OpenTelemetry has it)."""
+        if value is not None:
+            self.attributes[key] = value
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        """Set several attributes."""
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
+        """Record that something happened in the span, now."""
+        self.events.append((name, time.time_ns(), dict(attributes or {})))
+
+    def record_exception(self, exc: BaseException) -> None:
+        """Record an exception as OpenTelemetry's `exception` event does."""
+        kind = type(exc)
+        module = kind.__module__
+        self.add_event(
+            "exception",
+            {
+                "exception.type": f"{module}.{kind.__qualname__}"
+                if module and module != "builtins"
+                else kind.__qualname__,
+                "exception.message": str(exc),
+                "exception.stacktrace": "".join(traceback.format_exception(exc)),
+                "exception.escaped": "False",
+            },
+        )
+
+    def set_error(self, description: str) -> None:
+        """Mark the span as failed."""
+        self.error = description
+
+    def end(self, end_ns: int | None = None) -> None:
+        """End the span (once) and hand it on."""
+        if self.end_ns is None:
+            self.end_ns = end_ns if end_ns is not None else time.time_ns()
+            self.on_end(self)
 
 
 @dataclass
@@ -111,7 +153,7 @@ class SpanBatch:
                 )
 
 
-class PostgresSpanSink(SpanProcessor):
+class PostgresSpanSink:
     """Collect finished spans (and full payloads) and write them to Postgres in batches.
 
     A run's end takes what has been collected and writes it in the transaction of its final
@@ -122,11 +164,11 @@ class PostgresSpanSink(SpanProcessor):
     def __init__(self, pool: Pool, keep_max: int = 50_000) -> None:
         self._pool = pool
         self._keep_max = keep_max
-        self._spans: list[ReadableSpan] = []
+        self._spans: list[RunSpan] = []
         self._held = SpanBatch()  # taken by a write that failed: written by the next one
         self._lock = asyncio.Lock()
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def on_end(self, span: RunSpan) -> None:
         """Keep the ended span for the next flush."""
         self._spans.append(span)  # list.append is atomic; spans may end on any thread
 
@@ -236,35 +278,51 @@ def _no_nul(text: str) -> str:
     return text
 
 
-def _span_row(s: ReadableSpan) -> dict[str, Any]:
+def _span_row(s: RunSpan) -> dict[str, Any]:
     """A span's row as JSON-ready values (NUL characters are dealt with when it is written)."""
-    attrs = dict(s.attributes or {})
-    ctx = s.get_span_context()
-    assert ctx is not None
-    error = None
-    if s.status.status_code == StatusCode.ERROR:
-        error = s.status.description or "error"
-    events = [
-        {"name": e.name, "ts": _dt(e.timestamp).isoformat(), "attributes": dict(e.attributes or {})}
-        for e in s.events
-    ]
-    start, end = s.start_time or 0, s.end_time or s.start_time or 0
+    attrs = s.attributes
+    end = s.end_ns if s.end_ns is not None else s.start_ns
     return {
-        "trace_id": f"{ctx.trace_id:032x}",
-        "span_id": f"{ctx.span_id:016x}",
-        "parent_span_id": f"{s.parent.span_id:016x}" if s.parent else None,
+        "trace_id": f"{s.trace_id:032x}",
+        "span_id": f"{s.span_id:016x}",
+        "parent_span_id": None if s.parent_id is None else f"{s.parent_id:016x}",
         "run_id": attrs.get("agentrt.run_id"),
         "tenant_id": attrs.get("agentrt.tenant_id"),
         "name": s.name,
         "kind": str(attrs.get("agentrt.kind", "internal")),
-        "start_time": _dt(start).isoformat(),
+        "start_time": _dt(s.start_ns).isoformat(),
         "end_time": _dt(end).isoformat(),
-        "duration_ms": (end - start) / 1e6,
-        "status": s.status.status_code.name.lower(),
-        "error": error,
+        "duration_ms": (end - s.start_ns) / 1e6,
+        "status": "unset" if s.error is None else "error",
+        "error": s.error,
         "attributes": attrs,
-        "events": events,
+        "events": [
+            {"name": name, "ts": _dt(ts).isoformat(), "attributes": attributes}
+            for name, ts, attributes in s.events
+        ],
     }
+
+
+def _readable(s: RunSpan, resource: Resource) -> ReadableSpan:
+    """The span as OpenTelemetry's SDK has it, for exporters."""
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    parent = None
+    if s.parent_id is not None:
+        parent = SpanContext(s.trace_id, s.parent_id, is_remote=False, trace_flags=flags)
+    return ReadableSpan(
+        name=s.name,
+        context=SpanContext(s.trace_id, s.span_id, is_remote=False, trace_flags=flags),
+        parent=parent,
+        resource=resource,
+        # The SDK's checks, as its own spans would have them: what exporters can encode.
+        attributes=BoundedAttributes(attributes=s.attributes, immutable=False),
+        events=[Event(name, attributes, ts) for name, ts, attributes in s.events],
+        kind=SpanKind.INTERNAL,
+        status=Status(StatusCode.UNSET) if s.error is None else Status(StatusCode.ERROR, s.error),
+        start_time=s.start_ns,
+        end_time=s.end_ns,
+        instrumentation_scope=InstrumentationScope("agentrt"),
+    )
 
 
 @dataclass(frozen=True)
@@ -287,7 +345,7 @@ class RunInfo:
 
 
 class Tracing:
-    """The process's tracer provider: Postgres always, OTLP when configured."""
+    """The process's spans: stored in Postgres always, exported over OpenTelemetry when set."""
 
     def __init__(
         self,
@@ -299,20 +357,15 @@ class Tracing:
         self.settings = settings
         self.metrics = metrics
         self.sink = PostgresSpanSink(pool)
-        self.provider = TracerProvider(
-            resource=Resource.create({"service.name": settings.service_name}),
-            id_generator=_RunIdGenerator(),
-        )
-        self.provider.add_span_processor(self.sink)
+        self.resource = Resource.create({"service.name": settings.service_name})
+        self._processors: list[SpanProcessor] = []
         if settings.otlp_endpoint:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            self.provider.add_span_processor(
+            self._processors.append(
                 BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
             )
-        for exporter in exporters:
-            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
-        self.tracer = self.provider.get_tracer("agentrt")
+        self._processors += [SimpleSpanProcessor(exporter) for exporter in exporters]
         self._flusher: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -325,53 +378,81 @@ class Tracing:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.sink.flush()
-        await asyncio.to_thread(self.provider.shutdown)
+        for processor in self._processors:
+            await asyncio.to_thread(processor.shutdown)
 
-    def root_context(self, run_id: str) -> Any:
-        """A context whose parent is the run's root span (wherever it will be emitted)."""
-        parent = SpanContext(
-            run_trace_id(run_id),
-            run_root_span_id(run_id),
-            is_remote=True,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    def span(
+        self,
+        name: str,
+        parent: RunSpan | tuple[int, int],
+        attributes: dict[str, Any],
+        start_ns: int | None = None,
+    ) -> RunSpan:
+        """Start a span under `parent` (a span, or the trace and span ids of one elsewhere)."""
+        trace_id, parent_id = (
+            (parent.trace_id, parent.span_id) if isinstance(parent, RunSpan) else parent
         )
-        return trace.set_span_in_context(NonRecordingSpan(parent))
+        span = RunSpan(
+            name,
+            trace_id,
+            random.getrandbits(64) or 1,
+            parent_id,
+            time.time_ns() if start_ns is None else start_ns,
+            {k: v for k, v in attributes.items() if v is not None},
+            self._ended,
+        )
+        return span
+
+    def _ended(self, span: RunSpan) -> None:
+        self.sink.on_end(span)
+        if self._processors:
+            readable = _readable(span, self.resource)
+            for processor in self._processors:
+                processor.on_end(readable)
+
+    @staticmethod
+    def root_of(run_id: str) -> tuple[int, int]:
+        """The trace and span ids of the run's root span (wherever it will be emitted)."""
+        return run_trace_id(run_id), run_root_span_id(run_id)
 
     @contextmanager
-    def attempt(self, info: RunInfo) -> Iterator[Span]:
-        """Open the span of one attempt of a run, current for the code inside."""
-        span = self.tracer.start_span(
+    def attempt(self, info: RunInfo) -> Iterator[RunSpan]:
+        """Open the span of one attempt of a run; log lines inside carry its ids."""
+        span = self.span(
             "run.attempt",
-            context=self.root_context(info.run_id),
-            attributes={**info.attributes(), "agentrt.kind": "attempt"},
+            self.root_of(info.run_id),
+            {**info.attributes(), "agentrt.kind": "attempt"},
         )
-        with trace.use_span(
-            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
-        ):
+        token = current_span_ids.set((span.trace_id, span.span_id))
+        try:
             yield span
+        finally:
+            current_span_ids.reset(token)
+            span.end()
 
     def end_run(self, run: Run, status: str, error: str | None) -> None:
         """Emit the run's root span, from its creation to now."""
-        token = _forced_ids.set((run_trace_id(run.id), run_root_span_id(run.id)))
-        try:
-            span = self.tracer.start_span(
-                "run",
-                context=trace.set_span_in_context(trace.INVALID_SPAN),
-                start_time=int(run.created_at.timestamp() * 1e9),
-                attributes={
-                    "agentrt.run_id": run.id,
-                    "agentrt.conversation_id": run.conversation_id,
-                    "agentrt.tenant_id": run.tenant_id,
-                    "agentrt.user_id": run.user_id,
-                    "agentrt.kind": "run",
-                    "agentrt.status": status,
-                    "agentrt.model": run.model,
-                },
-            )
-        finally:
-            _forced_ids.reset(token)
+        trace_id, span_id = self.root_of(run.id)
+        attributes = {
+            "agentrt.run_id": run.id,
+            "agentrt.conversation_id": run.conversation_id,
+            "agentrt.tenant_id": run.tenant_id,
+            "agentrt.user_id": run.user_id,
+            "agentrt.kind": "run",
+            "agentrt.status": status,
+            "agentrt.model": run.model,
+        }
+        span = RunSpan(
+            "run",
+            trace_id,
+            span_id,
+            None,
+            int(run.created_at.timestamp() * 1e9),
+            {k: v for k, v in attributes.items() if v is not None},
+            self._ended,
+        )
         if error:
-            span.set_status(Status(StatusCode.ERROR, error))
+            span.set_error(error)
         span.end()
 
     def record_span(
@@ -387,12 +468,12 @@ class Tracing:
 
         An approval wait is such a span: it lasts the run's whole suspension.
         """
-        span = self.tracer.start_span(
+        span = self.span(
             name,
-            context=self.root_context(run_id),
-            start_time=int(start.timestamp() * 1e9),
-            attributes={"agentrt.run_id": run_id, **attributes},
+            self.root_of(run_id),
+            {"agentrt.run_id": run_id, **attributes},
+            int(start.timestamp() * 1e9),
         )
         if error:
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end(end_time=int(end.timestamp() * 1e9))
+            span.set_error(error)
+        span.end(int(end.timestamp() * 1e9))

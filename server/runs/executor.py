@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode
-
 from graphs.events import EventType
 from server.db.pool import Conn
 from server.domain import Run
@@ -77,7 +75,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
             outcome = await attempt.execute([handler])
             handler.close_all(f"attempt ended: {outcome.kind}")
             if outcome.kind == "failed":
-                span.set_status(Status(StatusCode.ERROR, outcome.data["message"]))
+                span.set_error(outcome.data["message"])
             span.set_attribute("agentrt.outcome", outcome.kind)
         if await _conclude_shielded(deps, writer, run, outcome, pause=handle.pause_requested):
             outcome.cancelled = True

@@ -7,28 +7,39 @@ import json
 
 import psycopg
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
 
 from server.db.pool import Pool
-from server.observability.tracing import PostgresSpanSink
+from server.observability.metrics import Metrics
+from server.observability.tracing import PostgresSpanSink, Tracing
+from server.settings import Settings
 from tests.support.rows import count_rows
 
 pytestmark = pytest.mark.timeout(120)
 
 
+def _tracing(pool: Pool, settings: Settings, keep_max: int = 50_000) -> Tracing:
+    tracing = Tracing(pool, settings, Metrics())
+    tracing.sink = PostgresSpanSink(pool, keep_max=keep_max)
+    return tracing
+
+
+def _spans(tracing: Tracing, run_id: str, count: int) -> None:
+    for n in range(count):
+        tracing.span(f"step {n}", tracing.root_of(run_id), {"agentrt.run_id": run_id}).end()
+
+
 @pytest.mark.parametrize("count", [3, 200])
-async def test_every_collected_span_and_payload_is_stored(pool: Pool, count: int) -> None:
-    sink = PostgresSpanSink(pool)
-    provider = TracerProvider()
-    provider.add_span_processor(sink)
-    tracer = provider.get_tracer("test")
+async def test_every_collected_span_and_payload_is_stored(
+    pool: Pool, settings: Settings, count: int
+) -> None:
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
     run_id = f"run_sink_{count}"
-    with tracer.start_as_current_span("run", attributes={"agentrt.run_id": run_id}) as root:
-        for n in range(count - 1):
-            with tracer.start_as_current_span(f"step {n}", attributes={"agentrt.run_id": run_id}):
-                pass
-    trace_id = root.get_span_context().trace_id
-    span_id = root.get_span_context().span_id
+    root = tracing.span("run", tracing.root_of(run_id), {"agentrt.run_id": run_id})
+    for n in range(count - 1):
+        tracing.span(f"step {n}", root, {"agentrt.run_id": run_id}).end()
+    root.end()
+    trace_id, span_id = root.trace_id, root.span_id
     sink.add_payload(trace_id, span_id, "input", json.dumps({"text": "héllo", "n": 1}))
     sink.add_payload(trace_id, span_id, "input", json.dumps({"text": "a second copy is ignored"}))
 
@@ -48,20 +59,12 @@ async def test_every_collected_span_and_payload_is_stored(pool: Pool, count: int
         assert [r["data"] for r in await cur.fetchall()] == [{"text": "héllo", "n": 1}]
 
 
-def _spans(sink: PostgresSpanSink, run_id: str, count: int) -> None:
-    provider = TracerProvider()
-    provider.add_span_processor(sink)
-    tracer = provider.get_tracer("test")
-    for n in range(count):
-        with tracer.start_as_current_span(f"step {n}", attributes={"agentrt.run_id": run_id}):
-            pass
-
-
 async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_flush(
-    pool: Pool,
+    pool: Pool, settings: Settings
 ) -> None:
-    sink = PostgresSpanSink(pool)
-    _spans(sink, "run_sink_retry", 3)
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
+    _spans(tracing, "run_sink_retry", 3)
     async with pool.connection() as locker, locker.transaction():
         await locker.execute("LOCK TABLE trace_spans IN ACCESS EXCLUSIVE MODE")
         flushing = asyncio.ensure_future(sink.flush())
@@ -79,22 +82,25 @@ async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_
             await flushing
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_retry") == 0
 
-    _spans(sink, "run_sink_retry", 1)  # one more, collected after the failure
+    _spans(tracing, "run_sink_retry", 1)  # one more, collected after the failure
     await sink.flush()
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_retry") == 4
 
 
-async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: Pool) -> None:
-    sink = PostgresSpanSink(pool)
-    provider = TracerProvider()
-    provider.add_span_processor(sink)
+async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(
+    pool: Pool, settings: Settings
+) -> None:
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
     run_id = "run_sink_nul"
-    with provider.get_tracer("test").start_as_current_span(
-        "tool\x00call", attributes={"agentrt.run_id": run_id, "agentrt.output": "a\x00b"}
-    ) as span:
-        span.add_event("retry", {"why": "\x00"})
-    context = span.get_span_context()
-    sink.add_payload(context.trace_id, context.span_id, "output", json.dumps({"text": ["\x00"]}))
+    span = tracing.span(
+        "tool\x00call",
+        tracing.root_of(run_id),
+        {"agentrt.run_id": run_id, "agentrt.output": "a\x00b"},
+    )
+    span.add_event("retry", {"why": "\x00"})
+    span.end()
+    sink.add_payload(span.trace_id, span.span_id, "output", json.dumps({"text": ["\x00"]}))
     await sink.flush()
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -106,14 +112,17 @@ async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(pool: 
             {"name": "tool\ufffdcall", "output": "a\ufffdb", "why": "\ufffd"}
         ]
         cur = await conn.execute(
-            "SELECT data FROM trace_payloads WHERE trace_id = %s", (f"{context.trace_id:032x}",)
+            "SELECT data FROM trace_payloads WHERE trace_id = %s", (f"{span.trace_id:032x}",)
         )
         assert [r["data"] for r in await cur.fetchall()] == [{"text": ["\ufffd"]}]
 
 
-async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) -> None:
-    sink = PostgresSpanSink(pool)
-    _spans(sink, "run_sink_taken", 2)
+async def test_spans_taken_into_a_transaction_are_written_with_it(
+    pool: Pool, settings: Settings
+) -> None:
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
+    _spans(tracing, "run_sink_taken", 2)
     sink.add_payload(1, 2, "input", json.dumps({"text": "whole"}))
     batch = sink.take()
     async with pool.connection() as conn, conn.transaction():
@@ -123,7 +132,7 @@ async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) ->
     assert not sink.take(), "what a batch took is the batch's alone"
 
     # A transaction that rolls back writes nothing; given back, the spans go with the next flush.
-    _spans(sink, "run_sink_rolled_back", 2)
+    _spans(tracing, "run_sink_rolled_back", 2)
     batch = sink.take()
     async with pool.connection() as conn:
         with pytest.raises(RuntimeError):
@@ -136,9 +145,10 @@ async def test_spans_taken_into_a_transaction_are_written_with_it(pool: Pool) ->
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_rolled_back") == 2
 
 
-async def test_spans_given_back_are_capped(pool: Pool) -> None:
-    sink = PostgresSpanSink(pool, keep_max=5)
-    _spans(sink, "run_sink_capped", 8)
+async def test_spans_given_back_are_capped(pool: Pool, settings: Settings) -> None:
+    tracing = _tracing(pool, settings, keep_max=5)
+    sink = tracing.sink
+    _spans(tracing, "run_sink_capped", 8)
     sink.give_back(sink.take())
     await sink.flush()
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_capped") == 5

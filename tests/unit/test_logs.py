@@ -8,7 +8,13 @@ import logging
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from server.observability.logs import ContextFilter, HumanFormatter, JsonFormatter, run_context
+from server.observability.logs import (
+    ContextFilter,
+    HumanFormatter,
+    JsonFormatter,
+    current_span_ids,
+    run_context,
+)
 
 
 def make_record(message: str) -> logging.LogRecord:
@@ -38,3 +44,12 @@ def test_lines_outside_a_run_have_no_run_fields() -> None:
     entry = json.loads(JsonFormatter().format(make_record("idle")))
     assert "run_id" not in entry and "trace_id" not in entry
     assert "[run" not in HumanFormatter("%(message)s").format(make_record("idle"))
+
+
+def test_lines_inside_a_run_attempt_carry_its_span() -> None:
+    token = current_span_ids.set((0xABC, 0x12))
+    try:
+        entry = json.loads(JsonFormatter().format(make_record("tool called")))
+    finally:
+        current_span_ids.reset(token)
+    assert entry["trace_id"] == f"{0xABC:032x}" and entry["span_id"] == f"{0x12:016x}"
