@@ -43,6 +43,10 @@ CARRIED = frozenset(
         EventType.SKILL_LOADED,
     }
 )
+# Pieces of a stream (an answer's text, a LangGraph stream part): each batch of them rewrites
+# the run's snapshot, whose text grows with the answer, so they are stored at most every
+# `pace_s`, together; the first goes at once, with the event that opened its item.
+PACED = frozenset({EventType.MESSAGE_ITEM_DELTA, EventType.GRAPH_CHUNK})
 
 
 class EventWriter:
@@ -53,7 +57,8 @@ class EventWriter:
     deltas cost one transaction per batch, not per token, and a lone event goes out at once.
     Events of the `CARRIED` types wait up to `linger_s` for a checkpoint write of the run to
     take them into its transaction (the writer is the saver's `Rider`), so a step's reports
-    cost no commit of their own. Database errors are retried with backoff and lose nothing; a
+    cost no commit of their own; events of the `PACED` types go out at most every `pace_s`.
+    Database errors are retried with backoff and lose nothing; a
     lost lease stops the writer.
 
     Args:
@@ -63,6 +68,7 @@ class EventWriter:
         on_stored: Called with the number of events of every stored batch.
         hooks: Rows written with the events they derive from (`append_events`).
         linger_s: The longest a `CARRIED` event waits for a checkpoint write.
+        pace_s: The shortest time between two batches sent for `PACED` events.
     """
 
     def __init__(
@@ -74,6 +80,7 @@ class EventWriter:
         on_stored: Callable[[int], None] | None = None,
         hooks: Sequence[StoreHook] = (),
         linger_s: float = 0.05,
+        pace_s: float = 0.025,
     ) -> None:
         self._pool = pool
         self._on_stored = on_stored
@@ -85,6 +92,8 @@ class EventWriter:
         self._idle.set()
         self._max_batch = max_batch
         self._linger_s = linger_s
+        self._pace_s = pace_s
+        self._sent_at = float("-inf")  # when the last batch was taken to be stored (loop time)
         self._due = False  # the buffer must go out now, not wait for a checkpoint write
         self._timer: asyncio.TimerHandle | None = None
         # Held by whoever is storing a batch: the flusher, `commit`, or a checkpoint write.
@@ -106,10 +115,14 @@ class EventWriter:
             raise self.error
         self._buffer.append(NewEvent(kind, data or {}))
         self._idle.clear()
-        if kind not in CARRIED or self._due:
+        if self._due:
+            self._wake.set()
+        elif kind in CARRIED:
+            self._hurry_in(self._linger_s)
+        elif kind in PACED:
+            self._hurry_in(self._sent_at + self._pace_s - asyncio.get_running_loop().time())
+        else:
             self._hurry()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._linger_s, self._hurry)
 
     async def flush(self) -> None:
         """Wait until everything queued so far is stored."""
@@ -243,8 +256,26 @@ class EventWriter:
         self._due = True
         self._wake.set()
 
+    def _hurry_in(self, delay: float) -> None:
+        """Have the flusher store the buffer in `delay` seconds at the latest."""
+        if delay <= 0:
+            self._hurry()
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        if self._timer is not None:
+            if self._timer.when() <= when:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._hurry()
+
     def _take(self, count: int) -> list[NewEvent]:
         """Take the first `count` events of the buffer; a buffer left empty owes nothing."""
+        self._sent_at = asyncio.get_running_loop().time()
         batch = self._buffer[:count]
         del self._buffer[:count]
         if not self._buffer:

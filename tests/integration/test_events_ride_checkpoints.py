@@ -1,8 +1,9 @@
-"""A step's reports are stored in the transaction of the run's next checkpoint write.
+"""When the event writer stores what: a step's reports ride the next checkpoint write.
 
-The event writer holds events of its `CARRIED` types for a moment; a fenced checkpoint write
-of the run takes them into its own transaction. Nothing is lost, stored twice or reordered
-when that transaction is refused or broken off.
+The writer holds events of its `CARRIED` types for a moment; a fenced checkpoint write of the
+run takes them into its own transaction. Nothing is lost, stored twice or reordered when that
+transaction is refused or broken off. Pieces of a stream (`PACED`) are stored together, at
+most once per pace.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 WHO = Principal("t-ride", "u")
 BUILT = EventType.SKILL_LOADED  # a carried type with no fold or trigger of its own
-NOTE = "note"  # not carried: stored at once
+NOTE = "note"  # neither carried nor paced: stored at once
+PIECE = EventType.MESSAGE_ITEM_DELTA
 
 
 async def _claimed(pool: Pool) -> tuple[str, RunHead]:
@@ -209,5 +211,42 @@ async def test_events_of_a_checkpoint_write_broken_off_midway_are_stored_once_by
         assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, BUILT)]
         assert await _checkpoint_txs(pool, conv) == set()
         assert writer.head.seq == 4
+    finally:
+        await writer.close()
+
+
+async def test_pieces_of_a_stream_that_follow_a_batch_closely_are_stored_together(
+    pool: Pool,
+) -> None:
+    _, head = await _claimed(pool)
+    writer = EventWriter(pool, head, pace_s=2.0)
+    try:
+        writer.emit(NOTE)
+        await writer.flush()  # a batch just went: the next pieces wait for the pace
+        for n in range(5):
+            writer.emit(PIECE, {"itemId": "item", "delta": str(n)})
+            await asyncio.sleep(0.01)  # room for a writer that stores each piece as it comes
+
+        async def stored() -> bool:
+            return len(await _log(pool, head.run_id)) == 6
+
+        await _until(stored)
+        log = await _log(pool, head.run_id)
+        assert [kind for _, kind, _ in log] == [NOTE] + [PIECE] * 5
+        assert len({tx for _, kind, tx in log if kind == PIECE}) == 1
+    finally:
+        await writer.close()
+
+
+async def test_the_first_piece_after_a_quiet_spell_is_stored_at_once(pool: Pool) -> None:
+    _, head = await _claimed(pool)
+    writer = EventWriter(pool, head, pace_s=600)  # far longer than the wait below
+    try:
+        writer.emit(PIECE, {"itemId": "item", "delta": "first"})
+
+        async def stored() -> bool:
+            return len(await _log(pool, head.run_id)) == 1
+
+        await _until(stored)
     finally:
         await writer.close()
