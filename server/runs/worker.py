@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -140,12 +141,21 @@ class Worker:
                 await conn.execute("DELETE FROM workers WHERE id = %s", (self.owner,))
         log.info("worker %s stopped", self.owner)
 
+    def cancel_run(self, run_id: str) -> None:
+        """Stop a run this worker executes because its cancel was requested (else nothing).
+
+        The run's executor stores `run.cancelled` once the graph has stopped.
+        """
+        self._stop_run(run_id, "cancel")
+
     def _stop_run(self, run_id: str, reason: str) -> None:
         task, handle = self._tasks.get(run_id), self._handles.get(run_id)
         if task is not None and handle is not None and handle.stop_reason is None:
             log.info("run %s: stopping (%s)", run_id, reason)
             handle.stop_reason = reason
-            task.cancel()
+            # After the task's first step, which is already scheduled: a task cancelled before
+            # it never enters its coroutine, and its run would stay running, its lease renewed.
+            asyncio.get_running_loop().call_soon(task.cancel)
 
     def _on_queued(self, _payload: str) -> None:
         self._queued_seen += 1
@@ -153,7 +163,7 @@ class Worker:
         self._wake.set()
 
     def _on_cancel(self, run_id: str) -> None:
-        self._stop_run(run_id, "cancel")
+        self.cancel_run(run_id)
 
     def _on_pause(self, run_id: str) -> None:
         handle = self._handles.get(run_id)
@@ -231,26 +241,28 @@ class Worker:
         handle = RunHandle()
         run_id = claim.run.id
         self._handles[run_id] = handle
-        self._tasks[run_id] = asyncio.create_task(
-            self._execute(claim, handle), name=f"run-{run_id}"
-        )
+        task = asyncio.create_task(self._execute(claim, handle), name=f"run-{run_id}")
+        self._tasks[run_id] = task
+        # On the task, not in its coroutine: it also frees the slot of a task that ended
+        # before its coroutine ran.
+        task.add_done_callback(functools.partial(self._forget, run_id))
+
+    def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
+        # A run suspended for approval can be decided and re-claimed by this worker before
+        # this task ends: leave the newer task's entry alone.
+        if self._tasks.get(run_id) is task:
+            del self._tasks[run_id]
+            self._handles.pop(run_id, None)
+        if self._backlog:  # a slot is free for a run that was waiting
+            self._wake.set()
 
     async def _execute(self, claim: Claim, handle: RunHandle) -> None:
-        run_id = claim.run.id
         try:
             await execute_run(self.deps, claim, handle)
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("run %s: executor crashed", run_id)
-        finally:
-            # A run suspended for approval can be decided and re-claimed by this worker before
-            # this task ends: leave the newer task's entry alone.
-            if self._tasks.get(run_id) is asyncio.current_task():
-                del self._tasks[run_id]
-                self._handles.pop(run_id, None)
-            if self._backlog:  # a slot is free for a run that was waiting
-                self._wake.set()
+            log.exception("run %s: executor crashed", claim.run.id)
 
     async def _heartbeat_loop(self) -> None:
         interval = self._settings.lease_seconds / 3

@@ -12,7 +12,7 @@ from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
-from tests.support.live import read_sse, rebuild_output, serve
+from tests.support.live import read_sse, rebuild_output, serve, wait_for_status
 
 SCRIPTS = {
     "slow": [
@@ -65,6 +65,24 @@ async def test_cancel_of_a_queued_run_takes_effect_at_once(quick: Settings) -> N
         assert response.json()["status"] == "cancelled"
         events = await read_sse(client, run["streamUrl"])
         assert [e.event for e in events] == ["run.created", "run.cancelled"]
+
+
+async def test_a_cancel_that_comes_before_the_runs_task_first_steps_still_ends_the_run(
+    quick: Settings,
+) -> None:
+    app = app_for(quick, worker_concurrency=0)  # its worker claims nothing: the test does
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        run = await post_run(client)
+        worker = app.state.worker
+        assert await worker.claim_one()
+        worker.cancel_run(run["runId"])  # the run's task has not taken a step yet
+        record = await wait_for_status(client, run["runId"], "cancelled", limit_s=60)
+        assert record["leaseOwner"] is None
+        events = await read_sse(client, run["streamUrl"])
+        assert [e.event for e in events] == ["run.created", "run.started", "run.cancelled"]
+        async with asyncio.timeout(60):
+            while run["runId"] in worker.active_runs:  # noqa: ASYNC110 (in-memory slots)
+                await asyncio.sleep(0.05)
 
 
 async def test_cancel_stops_a_streaming_run_with_one_terminal_event(quick: Settings) -> None:
