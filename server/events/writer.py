@@ -174,12 +174,13 @@ class EventWriter:
             except (LeaseLostError, RunFinishedError) as exc:
                 # What was queued cannot be stored either: the writer is done.
                 self.error = exc
+                self._idle.set()
                 raise
             except BaseException:
-                self._buffer[:0] = queued
+                self._buffer[:0] = queued  # the flusher stores them; the caller decides the rest
+                self._hurry()
                 raise
-            finally:
-                self._idle_if_empty()
+        self._idle_if_empty()  # only with the turn released: a `flush` may be waiting
 
     async def close(self) -> None:
         """Stop the flusher after storing what is queued (unless the lease was lost)."""

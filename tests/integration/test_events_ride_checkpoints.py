@@ -162,6 +162,31 @@ async def test_the_runs_last_event_takes_the_queued_reports_into_its_transaction
     assert len({tx for _, _, tx in log}) == 1
 
 
+async def test_a_flush_during_the_runs_last_event_returns_once_it_is_stored(pool: Pool) -> None:
+    _, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    writer.emit(BUILT, {"n": 1})
+    storing, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_row(conn: Any, new: RunHead) -> None:  # holds the last event's transaction
+        storing.set()
+        await go_on.wait()
+
+    finishing = asyncio.ensure_future(writer.finish(EventType.RUN_COMPLETED, {}, slow_row))
+    async with asyncio.timeout(60):
+        await storing.wait()
+    flushing = asyncio.ensure_future(writer.flush())
+    go_on.set()
+    async with asyncio.timeout(60):
+        await finishing
+        await flushing
+    await writer.close()
+    assert [kind for _, kind, _ in await _log(pool, head.run_id)] == [
+        BUILT,
+        EventType.RUN_COMPLETED,
+    ]
+
+
 async def test_a_refused_checkpoint_write_stores_none_of_the_queued_events(pool: Pool) -> None:
     saver = await setup_checkpointer(pool)
     conv, head = await _claimed(pool)
