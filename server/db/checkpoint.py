@@ -101,13 +101,8 @@ def reusing_reads(thread_id: str) -> Iterator[None]:
         _reuse.reset(token)
 
 
-def fence_of(config: RunnableConfig) -> tuple[str, int] | None:
-    """Return the (run id, lease generation) a checkpoint write must hold, if any."""
-    fence = _fence_of(config)
-    return None if fence is None else (fence.run_id, fence.generation)
-
-
 def _fence_of(config: RunnableConfig) -> _Fence | None:
+    """Return the run, lease generation (and rider) a checkpoint write must hold, if any."""
     configurable = config.get("configurable", {})
     if FENCE_RUN in configurable and FENCE_GENERATION in configurable:
         rider = configurable.get(FENCE_RIDER)
