@@ -252,7 +252,10 @@ _INSERT_MAX = 64
 def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
     """A span's row for COPY: NUL characters replaced, JSON columns as text."""
     clean = _clean(row)
-    return tuple(_json(clean[c]) if c in ("attributes", "events") else clean[c] for c in _COLUMNS)
+    return tuple(
+        json.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
+        for c in _COLUMNS
+    )
 
 
 def _clean(value: Any) -> Any:
@@ -264,11 +267,6 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     return value
-
-
-def _json(value: Any) -> str:
-    """JSON for a jsonb column, with no escaped NUL (a span must not fail the run's end)."""
-    return _no_nul(json.dumps(value, default=str))
 
 
 def _no_nul(text: str) -> str:

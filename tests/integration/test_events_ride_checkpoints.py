@@ -17,37 +17,28 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from graphs.events import EventType
-from server.auth import Principal
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, FencedPostgresSaver
 from server.db.pool import Pool
 from server.errors import LeaseLostError
-from server.events.log import NewEvent, RunHead, append_events, load_head
+from server.events.log import RunHead, load_head
 from server.events.writer import EventWriter
 from server.process import setup_checkpointer
-from server.runs.conversations import create_conversation
-from server.runs.records import create_run
 from server.skills.usage import SKILL_LOADS
+from tests.integration.test_eventlog import claim, new_run
 
 pytestmark = pytest.mark.timeout(120)
 
-WHO = Principal("t-ride", "u")
 BUILT = EventType.SKILL_LOADED  # a carried type with no fold or trigger of its own
 NOTE = "note"  # neither carried nor paced: stored at once
 PIECE = EventType.MESSAGE_ITEM_DELTA
 
 
 async def _claimed(pool: Pool) -> tuple[str, RunHead]:
-    """A run leased as a worker leases it, `run.started` stored; its conversation and head."""
-    conv = (await create_conversation(pool, WHO, None, None, {}))["id"]
-    run = await create_run(pool, WHO, conv, "hi", "scripted:x", {})
+    """A run leased and started as a worker does: a checkpoint thread of its own, and its head."""
+    run_id = await new_run(pool)
+    await claim(pool, run_id)
     async with pool.connection() as conn:
-        await conn.execute(
-            "UPDATE runs SET lease_generation = 1, lease_owner = 'test',"
-            " lease_expires_at = now() + interval '5 minutes' WHERE id = %s",
-            (run.id,),
-        )
-        await append_events(conn, run.id, [NewEvent("run.started", {"attempt": 1})], generation=1)
-        return conv, await load_head(conn, run.id, lock=False)
+        return f"thread-{run_id}", await load_head(conn, run_id, lock=False)
 
 
 def _config(conv: str, head: RunHead, writer: EventWriter | None) -> RunnableConfig:
