@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import select
@@ -98,9 +99,54 @@ async def check_connection(conn: Conn) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
+class _SweepingCheck:
+    """The pool's checkout check (`check_connection`); a dead connection sweeps the others.
+
+    A Postgres restart kills every pooled connection at once. psycopg_pool tries the next idle
+    one after each failed check, waiting 1, 2, 4, 8 ... s in between, so a request behind ten
+    dead connections times out before it reaches a live one, and the next request meets the
+    rest: a quiet API answered 503 for a minute after one restart, and for as long as restarts
+    came every few seconds (docs/decisions/2008). The first dead connection found starts one
+    `pool.check()`, which replaces every dead idle connection while the request waits its
+    first second; the request then gets a live one.
+    """
+
+    def __init__(self) -> None:
+        self.pool: Pool | None = None
+        self._sweep: asyncio.Task[None] | None = None
+
+    async def __call__(self, conn: Conn) -> None:
+        try:
+            await check_connection(conn)
+        except Exception:
+            self._start_sweep()
+            raise
+
+    def _start_sweep(self) -> None:
+        if self.pool is None or (self._sweep is not None and not self._sweep.done()):
+            return
+        self._sweep = asyncio.create_task(self._run(self.pool), name="agentrt-pool-sweep")
+
+    @staticmethod
+    async def _run(pool: Pool) -> None:
+        log.info("a pooled connection was dead; checking the other idle ones")
+        try:
+            await pool.check()
+        except Exception as exc:  # the pool is closing, or the database went away again
+            log.warning("checking the pooled connections failed: %s", exc)
+
+    async def stop(self) -> None:
+        """Cancel a sweep under way (the pool is closing)."""
+        if self._sweep is not None and not self._sweep.done():
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweep
+
+
 @asynccontextmanager
 async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
     """Open the process-wide connection pool."""
+    check = _SweepingCheck()
     pool: Pool = AsyncConnectionPool(
         url,
         min_size=settings.db_pool_min,
@@ -110,17 +156,19 @@ async def open_pool(url: str, settings: Settings) -> AsyncIterator[Pool]:
         open=False,
         name="agentrt",
         # After a database restart, pooled connections are dead; check each one handed out.
-        check=check_connection,
+        check=check,
         timeout=settings.db_pool_timeout_s,
         # psycopg_pool backs off exponentially (1, 2, 4, ... s) until `reconnect_timeout`, and
         # grows no further meanwhile: a database that flapped could leave the pool empty for
         # minutes after it came back. Give up early; the next waiting request grows it anew.
         reconnect_timeout=RECONNECT_TIMEOUT_S,
     )
+    check.pool = pool
     await pool.open(wait=True, timeout=30)
     try:
         yield pool
     finally:
+        await check.stop()
         await pool.close()
 
 
