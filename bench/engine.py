@@ -88,17 +88,23 @@ class Engine:
 
 @asynccontextmanager
 async def engine(
-    database_url: str, script: list[dict[str, Any]] | None = None, pool_max: int = 20
+    database_url: str,
+    script: list[dict[str, Any]] | None = None,
+    pool_max: int = 20,
+    saver: type[AsyncPostgresSaver] = AsyncPostgresSaver,
 ) -> AsyncIterator[Engine]:
-    """Open a pool (sized like the server's), set up the checkpointer, compile the graph."""
+    """Open a pool (sized like the server's), set up the checkpointer, compile the graph.
+
+    `saver` is LangGraph's saver or a subclass of it (bench/floor_worker.py fences its writes).
+    """
     pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
         database_url, min_size=2, max_size=pool_max, kwargs=connection_kwargs(), open=False
     )
     await pool.open(wait=True, timeout=30)
     try:
-        saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
-        await saver.setup()
-        graph = build_agent_graph().compile(checkpointer=saver)
+        checkpointer = saver(pool)  # type: ignore[arg-type]
+        await checkpointer.setup()
+        graph = build_agent_graph().compile(checkpointer=checkpointer)
         turns = [ScriptedTurn.model_validate(t) for t in (script or AGENT_SCRIPT)]
         yield Engine(graph, ScriptedChatModel(turns=turns), [calculator])
     finally:

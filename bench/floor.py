@@ -1,6 +1,6 @@
-"""The guarantee floor: what durable streaming costs at minimum, rung by rung, against agentrt.
+"""The guarantee floor: what agentrt's guarantees cost at minimum, rung by rung, against it.
 
-Four rungs run the same graph and scripted model as bench/engine.py (one calculator call, then
+Five rungs run the same graph and scripted model as bench/engine.py (one calculator call, then
 20 streamed chunks), all with `durability="sync"`, back to back and interleaved in every
 repeat, on the same Postgres:
 
@@ -9,9 +9,13 @@ repeat, on the same Postgres:
   delivered (bench/floor_log.py), in this process.
 - L2, + served over HTTP: L1 inside a minimal server process (bench/floor_server.py); the
   client POSTs `/runs` and reads committed events as SSE to the terminal event.
-- L3, agentrt: API and worker processes, one `?stream=true` request per run.
+- L3, + crash-safe execution: L2's server only queues the run; a worker process claims it
+  with a lease, fences every write of the attempt and records tool calls in a ledger
+  (bench/floor_worker.py); the server streams what the worker commits.
+- L4, agentrt: API and worker processes, one `?stream=true` request per run.
 
-L2 is the least any server with agentrt's stream guarantee pays; L3 minus L2 is agentrt's own.
+L2 is the least any server with agentrt's stream guarantee pays, L3 the least with its other
+guarantees too; L4 minus L3 is agentrt's own.
 """
 
 from __future__ import annotations
@@ -73,11 +77,8 @@ async def batch(
     return Sample(latencies, rate, (cpu() - cpu0) / runs, pg)
 
 
-def start_floor_server(database_url: str, limit_s: float = 60) -> Proc:
-    """Start bench/floor_server.py on a free port; wait until it answers /readyz."""
-    port = free_port()
+def _spawn(args: list[str], database_url: str) -> tuple[subprocess.Popen[bytes], Path]:
     fd, log = tempfile.mkstemp(prefix="agentrt-bench-floor-", suffix=".log")
-    args = [sys.executable, "-m", "bench.floor_server", "--port", str(port)]
     with os.fdopen(fd, "wb") as out:
         popen = subprocess.Popen(
             [*args, "--database-url", database_url],
@@ -85,7 +86,33 @@ def start_floor_server(database_url: str, limit_s: float = 60) -> Proc:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    proc = Proc(popen, f"http://127.0.0.1:{port}", Path(log))
+    return popen, Path(log)
+
+
+def start_floor_worker(database_url: str, limit_s: float = 60) -> Proc:
+    """Start bench/floor_worker.py (rung L3's worker); wait until its log says it is ready."""
+    popen, log = _spawn([sys.executable, "-m", "bench.floor_worker"], database_url)
+    proc = Proc(popen, None, log)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if "ready" in log.read_text(errors="replace").split():
+            return proc
+        if popen.poll() is not None:
+            raise RuntimeError(f"the floor worker exited at start:\n{proc.tail()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(f"the floor worker did not become ready:\n{proc.tail()}")
+
+
+def start_floor_server(database_url: str, queued: bool = False, limit_s: float = 60) -> Proc:
+    """Start bench/floor_server.py on a free port; wait until it answers /readyz.
+
+    `queued`: rung L3's server, which leaves the runs to bench/floor_worker.py.
+    """
+    port = free_port()
+    args = [sys.executable, "-m", "bench.floor_server", "--port", str(port)]
+    popen, log = _spawn([*args, "--queued"] if queued else args, database_url)
+    proc = Proc(popen, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
@@ -100,16 +127,19 @@ def start_floor_server(database_url: str, limit_s: float = 60) -> Proc:
 
 @dataclass
 class Rungs:
-    """What each rung needs: the in-process engine and pool, the two servers."""
+    """What each rung needs: the in-process engine and pool, the three servers."""
 
     eng: Engine
     pool: Pool
     floor_ep: Endpoint
     floor_proc: Proc
+    queued_ep: Endpoint
+    queued_procs: list[Proc]  # L3's server and worker
     agentrt_ep: Endpoint
     agentrt_procs: list[Proc]
     database_url: str
     counts: set[int] = field(default_factory=set)  # events per run seen by L1 and L2 clients
+    queued_counts: set[int] = field(default_factory=set)  # by L3 clients
     commits: dict[int, list[int]] = field(default_factory=dict)  # of L1 runs, by concurrency
     firsts: dict[str, list[float]] = field(default_factory=dict)  # to the first event, by rung
     concurrency: int = 1
@@ -136,7 +166,17 @@ class Rungs:
         self._first("L2", times.first_event - started)
         return float(times.end - started)
 
-    async def l3(self, conversation: str) -> float:
+    async def l3(self) -> float:
+        """One run POSTed to L3's server, run by its worker, read to its end; its seconds."""
+        started = time.perf_counter()
+        times = await sse(self.queued_ep, "/runs", method="POST", payload={"input": "go"})
+        if times.terminal != "run.completed":
+            raise RuntimeError(f"an L3 run ended {times.terminal or 'without an end'}")
+        self.queued_counts.add(times.events)
+        self._first("L3", times.first_event - started)
+        return float(times.end - started)
+
+    async def l4(self, conversation: str) -> float:
         """One agentrt run, as `bench.overhead.agentrt_run` streams it; its seconds."""
         started = time.perf_counter()
         times = await sse(
@@ -147,7 +187,7 @@ class Rungs:
         )
         if times.terminal != "run.completed":
             raise RuntimeError(f"an agentrt run ended {times.terminal or 'without an end'}")
-        self._first("L3", times.first_event - started)
+        self._first("L4", times.first_event - started)
         return float(times.end - started)
 
     def _first(self, rung: str, seconds: float) -> None:
@@ -164,10 +204,15 @@ class Rungs:
             return await batch(self.l1, runs, concurrency, time.process_time, url)
         if rung == "L2":
             return await batch(self.l2, runs, concurrency, self.floor_proc.cpu_seconds, url)
+        if rung == "L3":
+            queued = self.queued_procs
+            return await batch(
+                self.l3, runs, concurrency, lambda: sum(p.cpu_seconds() for p in queued), url
+            )
         convs = iter(await conversations(self.agentrt_ep, runs))
         procs = self.agentrt_procs
         return await batch(
-            lambda: self.l3(next(convs)),
+            lambda: self.l4(next(convs)),
             runs,
             concurrency,
             lambda: sum(p.cpu_seconds() for p in procs),
@@ -176,11 +221,19 @@ class Rungs:
 
 
 async def measure(
-    database_url: str, procs: list[Proc], floor_proc: Proc, runs: dict[int, int], repeats: int
+    database_url: str,
+    procs: list[Proc],
+    floor_procs: list[Proc],
+    runs: dict[int, int],
+    repeats: int,
 ) -> Series:
-    """Run the four rungs back to back at each concurrency, `repeats` times."""
+    """Run the five rungs back to back at each concurrency, `repeats` times.
+
+    `floor_procs`: L2's server, L3's server, L3's worker.
+    """
     series = Series()
-    assert procs[0].url is not None and floor_proc.url is not None
+    floor_proc, queued_proc = floor_procs[0], floor_procs[1]
+    assert procs[0].url and floor_proc.url and queued_proc.url
     async with engine(database_url) as eng, event_pool(database_url) as pool:
         eng.durability = "sync"
         rungs = Rungs(
@@ -188,6 +241,8 @@ async def measure(
             pool,
             Endpoint.of(floor_proc.url),
             floor_proc,
+            Endpoint.of(queued_proc.url),
+            floor_procs[1:],
             Endpoint.of(procs[0].url),
             procs,
             database_url,
@@ -201,7 +256,7 @@ async def measure(
                 for rung in RUNGS:
                     series.loads.append(os.getloadavg()[0])
                     series.samples[rung][c].append(await rungs.sample(rung, runs[c], c))
-        series.logged = await check_log(pool, rungs.counts)
+        series.logged = await check_log(pool, rungs.counts, rungs.queued_counts)
         series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
         series.firsts = rungs.firsts
     return series
@@ -228,22 +283,42 @@ async def idle_cpu(database_url: str, procs: list[Proc], seconds: float = 5) -> 
     return pg, (sum(p.cpu_seconds() for p in procs) - ours0) / seconds
 
 
-async def check_log(pool: Pool, counts: set[int]) -> tuple[int, int]:
-    """Check that every L1/L2 run's log is gapless and complete; return (runs, events per run).
+async def check_log(
+    pool: Pool, counts: set[int], queued_counts: set[int]
+) -> tuple[int, int, int, int]:
+    """Check that every floor run's log is gapless and complete, and each L3 tool ran once.
 
-    A floor that lost or reordered events would be cheaper than the guarantee it stands for.
+    Returns L1 and L2 runs and events per run, then L3's (one event more: `run.started`).
+    A floor that lost or reordered events, or ran a tool twice, would be cheaper than the
+    guarantees it stands for.
     """
+    found = []
     async with pool.connection() as conn:
+        for queued, seen in ((False, counts), (True, queued_counts)):
+            cur = await conn.execute(
+                "SELECT count(*) AS runs, count(*) FILTER (WHERE n <> top OR low <> 1) AS gapped,"
+                " min(n) AS least, max(n) AS most FROM (SELECT count(*) AS n, max(seq) AS top,"
+                " min(seq) AS low FROM floor_events e GROUP BY run_id"
+                " HAVING EXISTS (SELECT 1 FROM floor_runs r WHERE r.id = e.run_id) = %s) AS x",
+                (queued,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            if row["gapped"] or row["least"] != row["most"] or seen != {row["most"]}:
+                raise RuntimeError(
+                    f"a floor's event log is not gapless and complete: {row}, {seen}"
+                )
+            found += [int(row["runs"]), int(row["most"])]
         cur = await conn.execute(
-            "SELECT count(*) AS runs, count(*) FILTER (WHERE n <> top OR low <> 1) AS gapped, "
-            "min(n) AS least, max(n) AS most FROM (SELECT count(*) AS n, max(seq) AS top, "
-            "min(seq) AS low FROM floor_events GROUP BY run_id) AS per_run"
+            "SELECT (SELECT count(*) FROM floor_runs WHERE status <> 'completed') AS open,"
+            " (SELECT count(*) FROM floor_runs) AS runs,"
+            " (SELECT count(*) FROM floor_tool_calls WHERE result IS NOT NULL) AS calls"
         )
         row = await cur.fetchone()
     assert row is not None
-    if row["gapped"] or row["least"] != row["most"] or counts != {row["most"]}:
-        raise RuntimeError(f"the floor's event log is not gapless and complete: {row}, {counts}")
-    return int(row["runs"]), int(row["most"])
+    if row["open"] or row["calls"] != row["runs"] or row["runs"] != found[2]:
+        raise RuntimeError(f"L3's runs did not all complete with one tool call each: {row}")
+    return found[0], found[1], found[2], found[3]
 
 
 def main(database_url: str, quick: bool) -> Figures:
@@ -262,23 +337,29 @@ def main(database_url: str, quick: bool) -> Figures:
     repeats = 1 if quick else 3
     procs = start_stack(env, workers=1, concurrency=32)
     with processes(procs):
-        floor_proc = start_floor_server(database_url)
-        with processes([floor_proc]):
-            series = run_async(measure(database_url, procs, floor_proc, runs, repeats))
+        floor_procs = [
+            start_floor_server(database_url),
+            start_floor_server(database_url, queued=True),
+            start_floor_worker(database_url),
+        ]
+        with processes(floor_procs):
+            series = run_async(measure(database_url, procs, floor_procs, runs, repeats))
 
     figures.add(RUNG_TEXT)
     figures.add("")
     figures.add(
-        f"{repeats} repeat(s); in each, the four rungs run back to back at concurrency 1 "
+        f"{repeats} repeat(s); in each, the five rungs run back to back at concurrency 1 "
         f"({runs[1]} runs each), then at concurrency 8 ({runs[8]} runs each); every process "
         "stays up throughout, on one embedded Postgres (pools of up to 20 connections). "
         "Latencies are pooled over the repeats; runs/s and CPU are medians over the repeats, "
         "and against L0 or the rung before they are paired within each repeat (medians of the "
         "per-repeat differences and ratios), so the steps need not add up. "
         "Python CPU is the benchmark process's for L0 and L1, the floor server's for L2, "
-        "API + worker for L3; Postgres CPU is the whole server's. Checked after the runs: all "
-        f"{series.logged[0]} L1 and L2 runs hold exactly {series.logged[1]} events each in "
-        "`floor_events`, seq 1 to the last without a gap, and every L2 client read them all. "
+        "server + worker for L3, API + worker for L4; Postgres CPU is the whole server's. "
+        f"Checked after the runs: all {series.logged[0]} L1 and L2 runs hold exactly "
+        f"{series.logged[1]} events each in `floor_events`, and all {series.logged[2]} L3 runs "
+        f"{series.logged[3]}, seq 1 to the last without a gap; every L2 and L3 client read "
+        "them all; every L3 run completed, its tool run once. "
         f"With no run at all, Postgres used {series.idle[0] * 1000:.1f} ms of CPU per second "
         f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
         "5 s after the warm-up); that background is in every rung's figures. An L1 run's "
@@ -291,7 +372,10 @@ def main(database_url: str, quick: bool) -> Figures:
     for line in tables(series):
         figures.add(line)
     figures.add("")
-    figures.add("Against the targets of the runtime-overhead section, the floor (L2) first:")
+    figures.add(
+        "Against the targets of the runtime-overhead section, the floors first (L2: the stream "
+        "guarantee; L3: all of agentrt's guarantees):"
+    )
     figures.add("")
     for line in verdicts(series):
         figures.add(line)

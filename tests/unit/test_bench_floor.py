@@ -13,45 +13,61 @@ FIGURES = {
     "L0": (0.040, 20.0, 0.040, 0.008),
     "L1": (0.046, 18.0, 0.045, 0.012),
     "L2": (0.050, 17.0, 0.046, 0.013),
-    "L3": (0.100, 10.0, 0.090, 0.035),
+    "L3": (0.056, 16.0, 0.047, 0.015),
+    "L4": (0.100, 10.0, 0.090, 0.035),
 }
 
 
-def series(latency_l2: list[float]) -> Series:
+def series(latency_l2: list[float], latency_l3: list[float] | None = None) -> Series:
     s = Series()
-    for repeat, l2 in enumerate(latency_l2):
+    l3s = latency_l3 or [FIGURES["L3"][0]] * len(latency_l2)
+    for repeat, (l2, l3) in enumerate(zip(latency_l2, l3s, strict=True)):
         for rung in RUNGS:
             latency, rate, cpu, pg = FIGURES[rung]
-            latency = l2 if rung == "L2" else latency
+            latency = {"L2": l2, "L3": l3}.get(rung, latency)
             for c in (1, 8):
                 s.samples[rung][c].append(Sample([latency] * 5, rate, cpu, pg + repeat * 1e-6))
     return s
 
 
-def test_a_floor_within_every_target_leaves_the_misses_to_agentrt() -> None:
+def test_floors_within_every_target_leave_the_misses_to_agentrt() -> None:
     lines = verdicts(series([0.050, 0.050, 0.050]))
     assert len(lines) == 4
     assert all("can meet the target in principle" in line for line in lines)
-    assert "agentrt (L3): 2.50x" in lines[0]
+    assert "L2 1.25x and L3 1.40x L0" in lines[0]
+    assert "agentrt (L4): 2.50x" in lines[0]
+    assert "the floor (L3) is 27% of agentrt's distance from L0" in lines[0]
 
 
-def test_a_floor_beyond_a_target_names_the_guarantee() -> None:
-    latency = verdicts(series([0.080, 0.080, 0.080]))[0]
-    assert "L2 2.00x L0" in latency
+def test_a_stream_floor_beyond_a_target_names_the_stream_guarantee() -> None:
+    latency = verdicts(series([0.080, 0.080, 0.080], [0.090] * 3))[0]
+    assert "L2 2.00x" in latency
     assert "the floor itself misses the target" in latency
     assert "commits every event before it delivers it" in latency
 
 
+def test_a_crash_safe_floor_beyond_a_target_names_the_guarantees_it_adds() -> None:
+    latency = verdicts(series([0.050] * 3, [0.070] * 3))[0]
+    assert "L3 1.75x L0" in latency
+    assert "L2 meets it and L3 does not" in latency
+    assert "outlive the processes that accept and run it" in latency
+    assert "runs each tool call once" in latency
+
+
 def test_repeats_on_both_sides_of_a_target_call_no_side() -> None:
     latency = verdicts(series([0.050, 0.050, 0.070]))[0]
-    assert "too close to call" in latency
-    assert "1.25x to 1.75x" in latency
+    assert "L2's repeats fall on both sides" in latency
+    assert "L2 1.25x to 1.75x" in latency
+    latency = verdicts(series([0.050] * 3, [0.056, 0.056, 0.064]))[0]
+    assert "L2 meets it; L3's repeats fall on both sides" in latency
+    assert "L3 1.40x to 1.60x" in latency
 
 
 def test_tables_show_each_rung_against_l0_and_the_rung_before() -> None:
     text = "\n".join(tables(series([0.050] * 3)))
     assert "| L2 + HTTP/SSE server (n=15) | 50.0 ms | 50.0 ms | 1.25x | +4.0 ms (1.09x) |" in text
-    assert "| L3 agentrt | 10.0 | 0.50x | -7.0 (0.59x) |" in text
+    assert "| L3 + queue, leases, fencing, tool ledger | 16.0 | 0.80x | -1.0 (0.94x) |" in text
+    assert "| L4 agentrt | 10.0 | 0.50x | -6.0 (0.62x) |" in text
 
 
 def test_a_streamed_chunk_is_logged_as_its_text_only() -> None:
@@ -62,25 +78,25 @@ def test_a_streamed_chunk_is_logged_as_its_text_only() -> None:
     assert encode(("updates", {"call_model": {}})) == '{"type": "step", "nodes": ["call_model"]}'
 
 
-def with_first_events(l2: float, l3: float) -> Series:
+def with_first_events(l2: float, l3: float, l4: float) -> Series:
     s = series([0.050] * 3)
-    s.firsts = {"L2": [l2] * 5, "L3": [l3] * 5}
+    s.firsts = {"L2": [l2] * 5, "L3": [l3] * 5, "L4": [l4] * 5}
     s.round_trip = 0.0025
     return s
 
 
-def test_a_first_event_within_the_target_at_the_floor_leaves_the_miss_to_agentrt() -> None:
-    s = with_first_events(0.004, 0.012)
+def test_a_first_event_within_the_target_at_the_floors_leaves_the_miss_to_agentrt() -> None:
+    s = with_first_events(0.004, 0.0045, 0.012)
     first = verdicts(s)[-1]
-    assert first.startswith("- First event p50 (target ≤ 5 ms): L2's first event")
-    assert "4.0 ms after the POST (an HTTP round trip: 2.5 ms)" in first
-    assert "can meet the target in principle" in first and "agentrt (L3): 12.0 ms" in first
-    assert "the floor is 16% of agentrt's distance from a round trip" in first
-    assert "| L3 agentrt (n=5) | 12.0 ms | 12.0 ms | 4.8x of 2.5 ms |" in "\n".join(tables(s))
+    assert first.startswith("- First event p50 (target ≤ 5 ms): the first event")
+    assert "4.0 ms after the POST at L2 and 4.5 ms at L3 (an HTTP round trip: 2.5 ms)" in first
+    assert "can meet the target in principle" in first and "agentrt (L4): 12.0 ms" in first
+    assert "the floor (L3) is 21% of agentrt's distance from a round trip" in first
+    assert "| L4 agentrt (n=5) | 12.0 ms | 12.0 ms | 4.8x of 2.5 ms |" in "\n".join(tables(s))
 
 
 def test_a_first_event_beyond_the_target_at_the_floor_names_the_guarantee() -> None:
-    first = verdicts(with_first_events(0.007, 0.012))[-1]
+    first = verdicts(with_first_events(0.007, 0.008, 0.012))[-1]
     assert "the floor itself misses the target" in first
     assert "commits every event before it delivers it" in first
 

@@ -1,0 +1,73 @@
+"""The crash-safe floor (rung L3 of bench/floor.py) keeps the guarantees it stands for.
+
+A floor that skipped a fence or ran a tool twice would be cheaper than what it is compared
+with; these check that its worker completes a run with a gapless log and one tool run, and
+that an attempt whose lease was taken over can no longer write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import psycopg
+import pytest
+
+from bench.engine import engine
+from bench.floor_log import event_pool
+from bench.floor_worker import AttemptWriter, FencedSaver, FloorWorker, accept, create_schema
+from server.ids import new_id
+
+
+async def test_a_queued_run_is_claimed_run_and_logged_once(database_url: str) -> None:
+    async with (
+        engine(database_url, saver=FencedSaver) as eng,
+        event_pool(database_url, max_size=4) as pool,
+    ):
+        await create_schema(pool)
+        worker = FloorWorker(eng, pool, database_url, concurrency=2)
+        run_id = new_id("floor")
+        await accept(pool, run_id)
+        assert await worker.claim_one()
+        assert not await worker.claim_one()  # nothing else is queued
+        async with asyncio.timeout(60):
+            await asyncio.gather(*worker.tasks)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT seq, data FROM floor_events WHERE run_id = %s ORDER BY seq", (run_id,)
+            )
+            events = await cur.fetchall()
+            cur = await conn.execute(
+                "SELECT r.status, r.generation, count(t.*) AS calls FROM floor_runs r"
+                " LEFT JOIN floor_tool_calls t ON t.run_id = r.id AND t.result = '42'"
+                " WHERE r.id = %s GROUP BY r.status, r.generation",
+                (run_id,),
+            )
+            run = await cur.fetchone()
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["data"]["type"] for e in events]
+    assert types[:2] == ["run.created", "run.started"] and types[-1] == "run.completed"
+    assert types.count("delta") >= 20
+    assert run == {"status": "completed", "generation": 1, "calls": 1}
+
+
+async def test_an_attempt_whose_lease_was_taken_over_writes_nothing(database_url: str) -> None:
+    async with event_pool(database_url, max_size=4) as pool:
+        await create_schema(pool)
+        run_id = new_id("floor")
+        await accept(pool, run_id)
+        async with pool.connection() as conn:
+            await conn.execute(
+                "UPDATE floor_runs SET status = 'running', generation = 2 WHERE id = %s",
+                (run_id,),
+            )
+        stale = AttemptWriter(pool, run_id, generation=1, seq=1)
+        with pytest.raises(psycopg.errors.RaiseException, match="moved past generation 1"):
+            await stale.commit([json.dumps({"type": "run.started"})])
+        current = AttemptWriter(pool, run_id, generation=2, seq=1)
+        await current.commit([json.dumps({"type": "run.started"})])
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM floor_events WHERE run_id = %s", (run_id,)
+            )
+            assert await cur.fetchone() == {"n": 2}
