@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 
 from bench.client import Endpoint, request, sse
 from bench.common import (
@@ -68,13 +69,22 @@ async def batch(
         async with gate:
             latencies.append(await one())
 
-    cpu0, pg0 = cpu(), postgres_cpu_seconds(database_url)
+    cpu0, pg0, wal0 = cpu(), postgres_cpu_seconds(database_url), wal_bytes(database_url)
     started = time.perf_counter()
     async with asyncio.timeout(600):
         await asyncio.gather(*(timed() for _ in range(runs)))
     rate = runs / (time.perf_counter() - started)
     pg = (postgres_cpu_seconds(database_url) - pg0) / runs
-    return Sample(latencies, rate, (cpu() - cpu0) / runs, pg)
+    wal = (wal_bytes(database_url) - wal0) / runs
+    return Sample(latencies, rate, (cpu() - cpu0) / runs, pg, wal)
+
+
+def wal_bytes(database_url: str) -> int:
+    """The server's WAL insert position, in bytes: what every database on it has written."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _spawn(args: list[str], database_url: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -334,7 +344,7 @@ def main(database_url: str, quick: bool) -> Figures:
         tenant_max_active_runs=128,
     )
     runs = {1: 20, 8: 40} if quick else {1: 60, 8: 160}
-    repeats = 1 if quick else 3
+    repeats = 1 if quick else 5
     procs = start_stack(env, workers=1, concurrency=32)
     with processes(procs):
         floor_procs = [

@@ -45,7 +45,7 @@ class Series:
     round_trip: float = 0.0  # an HTTP round trip to the floor server (`GET /readyz`), median
 
     def median(self, rung: str, c: int, pick: str) -> float:
-        """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`)."""
+        """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`, `wal`)."""
         return float(statistics.median(getattr(s, pick) for s in self.samples[rung][c]))
 
     def latencies(self, rung: str) -> list[float]:
@@ -87,31 +87,35 @@ def _share(l0: float, floor: float, ours: float, base: str = "L0") -> str:
     """How much of agentrt's distance from `base` (figure `l0`) the floor (L3) accounts for."""
     if ours == l0:
         return f"agentrt is at {base}"
-    return f"the floor (L3) is {(floor - l0) / (ours - l0):.0%} of agentrt's distance from {base}"
+    share = (floor - l0) / (ours - l0)
+    if share >= 1:  # agentrt is no further from `base` than the floor, or on its better side
+        return "agentrt does no worse than the floor (L3)"
+    return f"the floor (L3) is {share:.0%} of agentrt's distance from {base}"
 
 
 def _outcome(ok: dict[str, list[bool]]) -> str:
-    """Where the target is lost, from each floor's repeats (`ok[rung]`: met in each repeat)."""
-    if not any(ok["L2"]):
+    """Where the target is lost, from each floor's repeats (`ok[rung]`: met in each repeat).
+
+    The crash-safe floor (L3) decides: it is what any server with all of agentrt's
+    guarantees pays. The stream floor (L2) is named when even it misses in every repeat.
+    """
+    n, met2, met3 = len(ok["L3"]), sum(ok["L2"]), sum(ok["L3"])
+    counts = f" (met by L2 in {met2} of {n} repeats, by L3 in {met3})" if n > 1 else ""
+    if met2 == 0:
         return (
-            f"the floor itself misses the target: no server that {GUARANTEE} meets it on "
-            "this machine"
+            f"the floor itself misses the target{counts}: no server that {GUARANTEE} meets it "
+            "on this machine"
         )
-    if not all(ok["L2"]):
-        return "L2's repeats fall on both sides of the target: too close to call on this machine"
-    if not any(ok["L3"]):
+    if met3 == 0:
         return (
-            f"L2 meets it and L3 does not: no server that {GUARANTEE} and {GUARANTEE_L3} meets "
-            "it on this machine; those are the guarantees that cost it"
+            f"L3 misses the target in every repeat{counts}: no server that {GUARANTEE} and "
+            f"{GUARANTEE_L3} meets it on this machine; those are the guarantees that cost it"
         )
-    if not all(ok["L3"]):
-        return (
-            "L2 meets it; L3's repeats fall on both sides of the target: too close to call on "
-            "this machine"
-        )
+    if met3 < n:
+        return f"L3's repeats fall on both sides of the target{counts}: too close to call"
     return (
-        "a server with agentrt's guarantees can meet the target in principle; what agentrt "
-        "misses beyond the floor (L3) is its own implementation's"
+        f"a server with agentrt's guarantees can meet the target{counts}; what agentrt misses "
+        "beyond the floor (L3) is its own implementation's"
     )
 
 
@@ -175,6 +179,17 @@ def verdicts(s: Series) -> list[str]:
         f"{pg['L4']:.2f}x",
         _share(1, pg["L3"], pg["L4"]),
     )
+    if all(x.wal > 0 for x in s.samples["L0"][8]):
+        wal = {r: round(s.paired(r, "L0", 8, "wal")[1], 2) for r in RUNGS}
+        per = {r: s.per_repeat(r, "L0", 8, "wal")[1] for r in floors}
+        add(
+            "WAL per run at concurrency 8 (target ≤ 1.5x L0)",
+            f"L1 writes {wal['L1']:.2f}x, L2 {wal['L2']:.2f}x and L3 {wal['L3']:.2f}x L0's"
+            + spread(per, "x"),
+            {r: [round(x, 2) <= 1.5 for x in per[r]] for r in floors},
+            f"{wal['L4']:.2f}x",
+            _share(1, wal["L3"], wal["L4"]),
+        )
     if all(s.firsts.get(r) for r in ("L2", "L3", "L4")):
         first = {r: round(quantiles(s.firsts[r])["p50"] * 1000, 1) for r in ("L2", "L3", "L4")}
         add(
@@ -248,6 +263,23 @@ def tables(s: Series) -> list[str]:
                 _against(s, r, before, 8, pick) if before else "",
             ]
         lines.append("| " + " | ".join(cells) + " |")
+    if all(x.wal > 0 for x in s.samples["L0"][8]):
+        lines += [
+            "",
+            "| WAL per run | c=1 | c=8 | c=8 against L0 | c=8 step |",
+            "|---|---|---|---|---|",
+        ]
+        for before, r in zip((None, *RUNGS), RUNGS, strict=False):
+            kib = {c: s.median(r, c, "wal") / 1024 for c in LEVELS}
+            diff, ratio = s.paired(r, "L0", 8, "wal")
+            step = ""
+            if before:
+                step_diff, step_ratio = s.paired(r, before, 8, "wal")
+                step = f"{step_diff / 1024:+.1f} KiB ({step_ratio:.2f}x)"
+            lines.append(
+                f"| {NAMES[r]} | {kib[1]:.1f} KiB | {kib[8]:.1f} KiB "
+                f"| {diff / 1024:+.1f} KiB ({ratio:.2f}x) | {step} |"
+            )
     return lines
 
 
@@ -280,7 +312,10 @@ RUNG_TEXT = (
     "attempt that lost its lease writes nothing that wins), and commits a tool call's record "
     "before the tool runs and its result after (each call runs once). Still left out at L3: "
     "traces, the cost ledger, the snapshot, authentication, conversations, agent profiles, "
-    "limits. L4 is agentrt with all of them: one API process, one worker process "
+    "limits. The floors' writers commit their batches in transactions of their own; agentrt "
+    "carries a step's reports in the transaction of its next checkpoint write instead, so on "
+    "Postgres CPU the floors are what a plain design pays, not the least possible. "
+    "L4 is agentrt with all of them: one API process, one worker process "
     "(concurrency 32), one `?stream=true` request per run (its conversations are created "
     "before the timing starts)."
 )

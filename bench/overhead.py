@@ -50,6 +50,7 @@ class Sample:
     rate: float
     cpu: float
     pg_cpu: float
+    wal: float = 0.0  # WAL bytes per run (the floor's batches; 0 where not measured)
 
 
 @dataclass
