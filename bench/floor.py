@@ -99,19 +99,28 @@ def _spawn(args: list[str], database_url: str) -> tuple[subprocess.Popen[bytes],
     return popen, Path(log)
 
 
+def _await_ready(proc: Proc, what: str, ready: Callable[[], bool], limit_s: float) -> Proc:
+    """Wait until `ready()` says the process is up; kill it if it exits or takes too long."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if ready():
+            return proc
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"the {what} exited at start:\n{proc.tail()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(f"the {what} did not become ready:\n{proc.tail()}")
+
+
 def start_floor_worker(database_url: str, limit_s: float = 60) -> Proc:
     """Start bench/floor_worker.py (rung L3's worker); wait until its log says it is ready."""
     popen, log = _spawn([sys.executable, "-m", "bench.floor_worker"], database_url)
-    proc = Proc(popen, None, log)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if "ready" in log.read_text(errors="replace").split():
-            return proc
-        if popen.poll() is not None:
-            raise RuntimeError(f"the floor worker exited at start:\n{proc.tail()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError(f"the floor worker did not become ready:\n{proc.tail()}")
+    return _await_ready(
+        Proc(popen, None, log),
+        "floor worker",
+        lambda: "ready" in log.read_text(errors="replace").split(),
+        limit_s,
+    )
 
 
 def start_floor_server(database_url: str, queued: bool = False, limit_s: float = 60) -> Proc:
@@ -122,17 +131,14 @@ def start_floor_server(database_url: str, queued: bool = False, limit_s: float =
     port = free_port()
     args = [sys.executable, "-m", "bench.floor_server", "--port", str(port)]
     popen, log = _spawn([*args, "--queued"] if queued else args, database_url)
-    proc = Proc(popen, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{proc.url}/readyz", timeout=1).status_code == 200:
-                return proc
-        if popen.poll() is not None:
-            raise RuntimeError(f"the floor server exited at start:\n{proc.tail()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError(f"the floor server did not become ready:\n{proc.tail()}")
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+        return False
+
+    return _await_ready(Proc(popen, url, log), "floor server", answers, limit_s)
 
 
 @dataclass
@@ -168,22 +174,19 @@ class Rungs:
 
     async def l2(self) -> float:
         """One run POSTed to the floor server and read to its terminal event; its seconds."""
-        started = time.perf_counter()
-        times = await sse(self.floor_ep, "/runs", method="POST", payload={"input": "go"})
-        if times.terminal != "run.completed":
-            raise RuntimeError(f"a floor-server run ended {times.terminal or 'without an end'}")
-        self.counts.add(times.events)
-        self._first("L2", times.first_event - started)
-        return float(times.end - started)
+        return await self._floor_run("L2", self.floor_ep, self.counts)
 
     async def l3(self) -> float:
         """One run POSTed to L3's server, run by its worker, read to its end; its seconds."""
+        return await self._floor_run("L3", self.queued_ep, self.queued_counts)
+
+    async def _floor_run(self, rung: str, ep: Endpoint, counts: set[int]) -> float:
         started = time.perf_counter()
-        times = await sse(self.queued_ep, "/runs", method="POST", payload={"input": "go"})
+        times = await sse(ep, "/runs", method="POST", payload={"input": "go"})
         if times.terminal != "run.completed":
-            raise RuntimeError(f"an L3 run ended {times.terminal or 'without an end'}")
-        self.queued_counts.add(times.events)
-        self._first("L3", times.first_event - started)
+            raise RuntimeError(f"an {rung} run ended {times.terminal or 'without an end'}")
+        counts.add(times.events)
+        self._first(rung, times.first_event - started)
         return float(times.end - started)
 
     async def l4(self, conversation: str) -> float:

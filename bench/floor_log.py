@@ -78,8 +78,11 @@ async def event_pool(database_url: str, max_size: int = 20) -> AsyncIterator[Poo
         await pool.close()
 
 
-class _Writer:
-    """One run's writer: appends pending events in batches, one commit in flight at a time."""
+class Writer:
+    """One run's writer: appends pending events in batches, one commit in flight at a time.
+
+    `commit` is the append; bench/floor_worker.py's writer fences it.
+    """
 
     def __init__(self, pool: Pool, run_id: str, deliver: Deliver | None) -> None:
         self.pool, self.run_id, self.deliver = pool, run_id, deliver
@@ -90,10 +93,12 @@ class _Writer:
         self.closed = False
 
     def add(self, event: str) -> None:
+        """Queue an encoded event for the next batch."""
         self.pending.append(event)
         self.wake.set()
 
     def close(self) -> None:
+        """Queue the terminal event; `run` returns once it is committed."""
         self.add(TERMINAL)
         self.closed = True
 
@@ -111,6 +116,7 @@ class _Writer:
             self.deliver(first, batch)
 
     async def run(self) -> None:
+        """Commit whatever is pending, a batch at a time, until the terminal event is in."""
         while True:
             await self.wake.wait()
             self.wake.clear()
@@ -131,7 +137,7 @@ async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -
     committed before the graph starts; the last batch holds the terminal event.
     """
     run_id = new_id("floor")
-    writer = _Writer(pool, run_id, deliver)
+    writer = Writer(pool, run_id, deliver)
     await writer.commit([CREATED])
     task = asyncio.create_task(writer.run())
     config: RunnableConfig = {"configurable": {"thread_id": run_id}}

@@ -150,16 +150,24 @@ def verdicts(s: Series) -> list[str]:
         f"{shown['L4']:.2f}x",
         _share(lat["L0"], lat["L3"], lat["L4"]),
     )
-    rate = {r: round(s.paired(r, "L0", 8, "rate")[1], 2) for r in RUNGS}
-    per = {r: s.per_repeat(r, "L0", 8, "rate")[1] for r in floors}
-    add(
-        "Runs/s at concurrency 8 (target ≥ 0.7x L0)",
-        f"L1 reaches {rate['L1']:.2f}x, L2 {rate['L2']:.2f}x and L3 {rate['L3']:.2f}x L0"
-        + spread(per, "x"),
-        {r: [round(x, 2) >= 0.7 for x in per[r]] for r in floors},
-        f"{rate['L4']:.2f}x",
-        _share(1, rate["L3"], rate["L4"]),
-    )
+
+    def by_ratio(name: str, pick: str, verb: str, of: str, limit: float, least: bool) -> None:
+        """A ratio to L0 at concurrency 8: at least `limit` if `least`, else at most."""
+        ratio = {r: round(s.paired(r, "L0", 8, pick)[1], 2) for r in RUNGS}
+        per = {r: s.per_repeat(r, "L0", 8, pick)[1] for r in floors}
+        add(
+            name,
+            f"L1 {verb} {ratio['L1']:.2f}x, L2 {ratio['L2']:.2f}x and L3 {ratio['L3']:.2f}x {of}"
+            + spread(per, "x"),
+            {
+                r: [round(x, 2) >= limit if least else round(x, 2) <= limit for x in per[r]]
+                for r in floors
+            },
+            f"{ratio['L4']:.2f}x",
+            _share(1, ratio["L3"], ratio["L4"]),
+        )
+
+    by_ratio("Runs/s at concurrency 8 (target ≥ 0.7x L0)", "rate", "reaches", "L0", 0.7, True)
     cpu = {r: round(s.paired(r, "L0", 8, "cpu")[0] * 1000, 1) for r in RUNGS}
     per = {r: [x * 1000 for x in s.per_repeat(r, "L0", 8, "cpu")[0]] for r in floors}
     add(
@@ -170,25 +178,12 @@ def verdicts(s: Series) -> list[str]:
         f"L0 {cpu['L4']:+.1f} ms",
         _share(0, cpu["L3"], cpu["L4"]),
     )
-    pg = {r: round(s.paired(r, "L0", 8, "pg_cpu")[1], 2) for r in RUNGS}
-    per = {r: s.per_repeat(r, "L0", 8, "pg_cpu")[1] for r in floors}
-    add(
-        "Postgres CPU per run at concurrency 8 (target ≤ 2x L0)",
-        f"L1 is {pg['L1']:.2f}x, L2 {pg['L2']:.2f}x and L3 {pg['L3']:.2f}x L0" + spread(per, "x"),
-        {r: [round(x, 2) <= 2 for x in per[r]] for r in floors},
-        f"{pg['L4']:.2f}x",
-        _share(1, pg["L3"], pg["L4"]),
+    by_ratio(
+        "Postgres CPU per run at concurrency 8 (target ≤ 2x L0)", "pg_cpu", "is", "L0", 2, False
     )
     if all(x.wal > 0 for x in s.samples["L0"][8]):
-        wal = {r: round(s.paired(r, "L0", 8, "wal")[1], 2) for r in RUNGS}
-        per = {r: s.per_repeat(r, "L0", 8, "wal")[1] for r in floors}
-        add(
-            "WAL per run at concurrency 8 (target ≤ 1.5x L0)",
-            f"L1 writes {wal['L1']:.2f}x, L2 {wal['L2']:.2f}x and L3 {wal['L3']:.2f}x L0's"
-            + spread(per, "x"),
-            {r: [round(x, 2) <= 1.5 for x in per[r]] for r in floors},
-            f"{wal['L4']:.2f}x",
-            _share(1, wal["L3"], wal["L4"]),
+        by_ratio(
+            "WAL per run at concurrency 8 (target ≤ 1.5x L0)", "wal", "writes", "L0's", 1.5, False
         )
     if all(s.firsts.get(r) for r in ("L2", "L3", "L4")):
         first = {r: round(quantiles(s.firsts[r])["p50"] * 1000, 1) for r in ("L2", "L3", "L4")}

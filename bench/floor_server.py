@@ -18,9 +18,9 @@ import argparse
 import asyncio
 import json
 import traceback
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, cast
 
 import uvicorn
 from psycopg import AsyncConnection
@@ -104,6 +104,28 @@ class Relay:
             del self.streams[run_id]
 
 
+Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
+
+
+def _runs_app(lifespan: Lifespan, start: Callable[[Request], AsyncIterator[bytes]]) -> Starlette:
+    """`POST /runs` answers `start(request)`'s frames as SSE; `GET /readyz`."""
+
+    async def create_run(request: Request) -> Response:
+        try:
+            json.loads(await request.body() or b"{}")
+        except ValueError:
+            return JSONResponse(
+                {"error": {"code": "invalid_json", "message": "The body must be JSON."}}, 400
+            )
+        return StreamingResponse(start(request), media_type="text/event-stream")
+
+    async def ready(_: Request) -> Response:
+        return JSONResponse({"ready": True})
+
+    routes = [Route("/runs", create_run, methods=["POST"]), Route("/readyz", ready)]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
 def build_queued_app(database_url: str) -> Starlette:
     """Rung L3's app: runs are queued for a worker process; `POST /runs`, `GET /readyz`."""
 
@@ -118,22 +140,10 @@ def build_queued_app(database_url: str) -> Starlette:
             yield
             listener.cancel()
 
-    async def create_run(request: Request) -> Response:
-        try:
-            json.loads(await request.body() or b"{}")
-        except ValueError:
-            return JSONResponse(
-                {"error": {"code": "invalid_json", "message": "The body must be JSON."}}, 400
-            )
-        return StreamingResponse(
-            request.app.state.relay.stream(new_id("floor")), media_type="text/event-stream"
-        )
+    def start(request: Request) -> AsyncIterator[bytes]:
+        return cast(AsyncIterator[bytes], request.app.state.relay.stream(new_id("floor")))
 
-    async def ready(_: Request) -> Response:
-        return JSONResponse({"ready": True})
-
-    routes = [Route("/runs", create_run, methods=["POST"]), Route("/readyz", ready)]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return _runs_app(lifespan, start)
 
 
 def build_app(database_url: str) -> Starlette:
@@ -147,13 +157,7 @@ def build_app(database_url: str) -> Starlette:
             app.state.engine, app.state.pool = eng, pool
             yield
 
-    async def create_run(request: Request) -> Response:
-        try:
-            json.loads(await request.body() or b"{}")
-        except ValueError:
-            return JSONResponse(
-                {"error": {"code": "invalid_json", "message": "The body must be JSON."}}, 400
-            )
+    def start(request: Request) -> AsyncIterator[bytes]:
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
         async def run() -> None:
@@ -177,13 +181,9 @@ def build_app(database_url: str) -> Starlette:
             while (chunk := await queue.get()) is not None:
                 yield chunk
 
-        return StreamingResponse(body(), media_type="text/event-stream")
+        return body()
 
-    async def ready(_: Request) -> Response:
-        return JSONResponse({"ready": True})
-
-    routes = [Route("/runs", create_run, methods=["POST"]), Route("/readyz", ready)]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return _runs_app(lifespan, start)
 
 
 def main() -> None:

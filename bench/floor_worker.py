@@ -47,7 +47,7 @@ from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import DictRow, dict_row
 
 from bench.engine import Engine, engine
-from bench.floor_log import CREATED, TERMINAL, Pool, encode, event_pool
+from bench.floor_log import CREATED, TERMINAL, Pool, Writer, encode, event_pool
 from graphs.context import RunContext
 from server.events.projection import STREAM_MODES
 
@@ -162,24 +162,12 @@ class FencedSaver(AsyncPostgresSaver):
             yield cur
 
 
-class AttemptWriter:
-    """One attempt's event writer: fenced batches, one commit in flight at a time."""
+class AttemptWriter(Writer):
+    """One attempt's event writer: its batches are fenced, and announced with their events."""
 
     def __init__(self, pool: Pool, run_id: str, generation: int, seq: int) -> None:
-        self.pool, self.run_id, self.generation, self.seq = pool, run_id, generation, seq
-        self.pending: list[str] = []
-        self.wake = asyncio.Event()
-        self.closed = False
-
-    def add(self, event: str) -> None:
-        """Queue an encoded event for the next batch."""
-        self.pending.append(event)
-        self.wake.set()
-
-    def close(self) -> None:
-        """Queue the terminal event; `run` returns once it is committed."""
-        self.add(TERMINAL)
-        self.closed = True
+        super().__init__(pool, run_id, None)
+        self.generation, self.seq = generation, seq
 
     async def commit(self, batch: list[str], conn: AsyncConnection[Any] | None = None) -> None:
         """Append `batch` behind the fence and commit it (in `conn`'s transaction if given).
@@ -205,17 +193,7 @@ class AttemptWriter:
                 else:
                     await own.execute(APPEND, params)
         self.seq += len(batch)
-
-    async def run(self) -> None:
-        """Commit whatever is pending, a batch at a time, until the terminal event is in."""
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            if self.pending:
-                batch, self.pending = self.pending, []
-                await self.commit(batch)
-            if self.closed and not self.pending:
-                return
+        self.commits += 1
 
 
 def ledgered(tool: BaseTool, pool: Pool) -> BaseTool:

@@ -121,12 +121,17 @@ def test_agentrt_no_further_from_l0_than_the_floor_is_said_so() -> None:
     assert "agentrt does no worse than the floor (L3)" in verdicts(s)[1]
 
 
-def test_wal_gets_a_table_and_a_verdict_when_it_was_measured() -> None:
+def with_wal(l3_kib: int) -> Series:
     s = series([0.050] * 3)
-    for rung, kib in (("L0", 30), ("L1", 40), ("L2", 40), ("L3", 50), ("L4", 80)):
+    for rung, kib in (("L0", 30), ("L1", 40), ("L2", 40), ("L3", l3_kib), ("L4", 80)):
         for c in (1, 8):
             for sample in s.samples[rung][c]:
                 sample.wal = kib * 1024
+    return s
+
+
+def test_wal_gets_a_table_and_a_verdict_when_it_was_measured() -> None:
+    s = with_wal(50)
     lines = verdicts(s)
     assert len(lines) == 5
     wal = lines[4]
@@ -135,3 +140,8 @@ def test_wal_gets_a_table_and_a_verdict_when_it_was_measured() -> None:
     assert "| L4 agentrt | 80.0 KiB | 80.0 KiB | +50.0 KiB (2.67x) | +30.0 KiB (1.60x) |" in (
         "\n".join(tables(s))
     )
+
+
+def test_a_ratio_at_its_limit_meets_the_target() -> None:
+    wal = verdicts(with_wal(45))[4]
+    assert "can meet the target (met by L2 in 3 of 3 repeats, by L3 in 3)" in wal
