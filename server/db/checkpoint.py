@@ -18,10 +18,11 @@ their own (docs/decisions/2005).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -38,6 +39,9 @@ from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import DictRow, dict_row
 
 from server.errors import LeaseLostError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FENCE_RUN = "agentrt_run_id"
 FENCE_GENERATION = "agentrt_lease_generation"
@@ -57,11 +61,14 @@ class Rider(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Fence:
     run_id: str
     generation: int
     rider: Rider | None
+    # Set when the rider's statements failed on a connection that is still sound: the
+    # checkpoint's own writes can go again without them.
+    rider_refused: bool = False
 
 
 _fence: contextvars.ContextVar[_Fence | None] = contextvars.ContextVar(
@@ -152,11 +159,8 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint under the run's lease fence (checked in the same transaction)."""
-        token = _fence.set(_fence_of(config))
-        try:
-            return await super().aput(config, checkpoint, metadata, new_versions)
-        finally:
-            _fence.reset(token)
+        put = super().aput
+        return await self._fenced(config, lambda: put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self,
@@ -166,9 +170,32 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, fenced like `aput`."""
-        token = _fence.set(_fence_of(config))
+        put = super().aput_writes
+        await self._fenced(config, lambda: put(config, writes, task_id, task_path))
+
+    async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
+        """Run `write` under the config's fence; again without the rider if only it failed.
+
+        A checkpoint does not wait on the event log: when the rider's statements are refused
+        (the log's table refuses a row, say) on a sound connection, the rider has taken its
+        events back, and the checkpoint's own writes go again, alone.
+        """
+        fence = _fence_of(config)
+        token = _fence.set(fence)
         try:
-            await super().aput_writes(config, writes, task_id, task_path)
+            try:
+                return await write()
+            except psycopg.Error as exc:
+                if fence is None or not fence.rider_refused:
+                    raise
+                log.warning(
+                    "run %s: a checkpoint write failed with the run's events (%s); "
+                    "writing it without them",
+                    fence.run_id,
+                    exc,
+                )
+                _fence.set(_Fence(fence.run_id, fence.generation, None))
+                return await write()
         finally:
             _fence.reset(token)
 
@@ -195,7 +222,18 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
                 yield cur
                 if fence.rider is not None:
-                    landing = await fence.rider.board(conn)
+                    try:
+                        landing = await fence.rider.board(conn)
+                    except psycopg.Error as exc:
+                        # Its events are back with the rider. An ERROR (not FATAL: the session
+                        # lives) that is not the fence's may be theirs: retry without them.
+                        if (
+                            exc.diag.severity_nonlocalized == "ERROR"
+                            and exc.sqlstate != FENCE_SQLSTATE
+                            and not conn.broken
+                        ):
+                            fence.rider_refused = True
+                        raise
         except BaseException as exc:
             if landing is not None:
                 landing(exc)

@@ -202,7 +202,10 @@ async def test_an_unlogged_answer_appears_once_after_an_approval(
             return await cur.fetchone() is not None
 
     async with workers(env, 1) as (first,):
-        await wait_for(interrupt_checkpointed)
+        try:
+            await wait_for(interrupt_checkpointed)
+        except TimeoutError:
+            raise AssertionError(await _stuck(pool, run["runId"], first.output)) from None
         first.signal(signal.SIGKILL)
         await first.wait()
     async with workers(env, 1):
@@ -217,6 +220,21 @@ async def test_an_unlogged_answer_appears_once_after_an_approval(
     assert events[-1].event == "run.completed"
     assert snap["output"] == "Launching.\n\nLaunched."
     assert len(_kept(snap, "Launching.")) == 1
+
+
+async def _stuck(pool: Pool, run_id: str, output: list[str]) -> str:
+    """What a run that stopped short left behind: its row, its log, its worker's last lines."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT status, attempt, lease_owner, recoveries FROM runs WHERE id = %s", (run_id,)
+        )
+        row = await cur.fetchone()
+        cur = await conn.execute(
+            "SELECT seq, type, attempt FROM run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+        )
+        events = [(r["seq"], r["type"], r["attempt"]) for r in await cur.fetchall()]
+    worker = "\n".join(output[-60:])
+    return f"run {run_id} stopped short: {row}\nevents: {events}\nworker:\n{worker}"
 
 
 async def _status_is(client: httpx.AsyncClient, run_id: str, status: str) -> bool:

@@ -231,6 +231,42 @@ async def test_events_of_a_checkpoint_write_broken_off_midway_are_stored_once_by
         await writer.close()
 
 
+async def test_a_checkpoint_write_whose_events_are_refused_is_stored_without_them(
+    pool: Pool,
+) -> None:
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    refuse = (
+        "CREATE FUNCTION refuse_reports() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        f" IF NEW.run_id = '{head.run_id}' THEN"
+        "  RAISE EXCEPTION 'event log unavailable' USING ERRCODE = '08006'; END IF;"
+        " RETURN NEW; END $$"
+    )
+    async with pool.connection() as conn:
+        await conn.execute(refuse)
+        await conn.execute(
+            "CREATE TRIGGER refuse_reports BEFORE INSERT ON run_events"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_reports()"
+        )
+    try:
+        writer.emit(BUILT, {"n": 1})
+        # The log refuses the events the write carries: the checkpoint is stored all the same.
+        await _put(saver, _config(conv, head, writer))
+        assert len(await _checkpoint_txs(pool, conv)) == 1
+        assert await _log(pool, head.run_id) == []
+    finally:
+        async with pool.connection() as conn:
+            await conn.execute("DROP TRIGGER refuse_reports ON run_events")
+            await conn.execute("DROP FUNCTION refuse_reports()")
+    try:
+        await writer.flush()  # the events went back to the writer, which stores them once
+        assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, BUILT)]
+        assert writer.head.seq == 3
+    finally:
+        await writer.close()
+
+
 async def test_pieces_of_a_stream_that_follow_a_batch_closely_are_stored_together(
     pool: Pool,
 ) -> None:
