@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,22 @@ def start_floor_server(database_url: str, queued: bool = False, limit_s: float =
     return _await_ready(Proc(popen, url, log), "floor server", answers, limit_s)
 
 
+# A floor's event for a piece of text, not an empty chunk (bench/floor_log.py `encode`).
+DELTA = '"type": "delta", "text": "[^"]'
+
+
+class _FirstToken:
+    """An `on_frames` callback that notes when the first frame matching `marker` arrived."""
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = re.compile(marker)
+        self.at = 0.0
+
+    def __call__(self, now: float, frames: bytes) -> None:
+        if not self.at and self.marker.search(frames):
+            self.at = now
+
+
 @dataclass
 class Rungs:
     """What each rung needs: the in-process engine and pool, the three servers."""
@@ -158,18 +175,29 @@ class Rungs:
     queued_counts: set[int] = field(default_factory=set)  # by L3 clients
     commits: dict[int, list[int]] = field(default_factory=dict)  # of L1 runs, by concurrency
     firsts: dict[str, list[float]] = field(default_factory=dict)  # to the first event, by rung
+    tokens: dict[str, list[float]] = field(default_factory=dict)  # to the first token, by rung
     concurrency: int = 1
 
     async def l0(self) -> float:
         """One engine run; its seconds."""
-        return (await self.eng.run())[2]
+        _, token, total = await self.eng.run()
+        self._token("L0", token)
+        return total
 
     async def l1(self) -> float:
         """One run with its events committed, in this process; its seconds."""
         started = time.perf_counter()
-        events, commits = await durable_run(self.eng, self.pool)
+        token = 0.0
+
+        def delivered(_first: int, batch: list[str]) -> None:
+            nonlocal token
+            if not token and any(re.search(DELTA, event) for event in batch):
+                token = time.perf_counter() - started
+
+        events, commits = await durable_run(self.eng, self.pool, delivered)
         self.counts.add(events)
         self.commits.setdefault(self.concurrency, []).append(commits)
+        self._token("L1", token)
         return time.perf_counter() - started
 
     async def l2(self) -> float:
@@ -182,31 +210,43 @@ class Rungs:
 
     async def _floor_run(self, rung: str, ep: Endpoint, counts: set[int]) -> float:
         started = time.perf_counter()
-        times = await sse(ep, "/runs", method="POST", payload={"input": "go"})
+        watch = _FirstToken(DELTA.encode())
+        times = await sse(ep, "/runs", method="POST", payload={"input": "go"}, on_frames=watch)
         if times.terminal != "run.completed":
             raise RuntimeError(f"an {rung} run ended {times.terminal or 'without an end'}")
         counts.add(times.events)
         self._first(rung, times.first_event - started)
+        self._token(rung, watch.at - started)
         return float(times.end - started)
 
     async def l4(self, conversation: str) -> float:
         """One agentrt run, as `bench.overhead.agentrt_run` streams it; its seconds."""
         started = time.perf_counter()
+        watch = _FirstToken(re.escape(b"event: message.item.delta\n"))
         times = await sse(
             self.agentrt_ep,
             f"/api/conversations/{conversation}/messages?stream=true",
             method="POST",
             payload={"content": "go", "model": "scripted:bench"},
+            on_frames=watch,
         )
         if times.terminal != "run.completed":
             raise RuntimeError(f"an agentrt run ended {times.terminal or 'without an end'}")
         self._first("L4", times.first_event - started)
+        self._token("L4", watch.at - started)
         return float(times.end - started)
 
     def _first(self, rung: str, seconds: float) -> None:
         """Note the time to a run's first event (the POST to its first SSE frame), one at a time."""
         if self.concurrency == 1:
             self.firsts.setdefault(rung, []).append(seconds)
+
+    def _token(self, rung: str, seconds: float) -> None:
+        """Note the time to a run's first token (its answer's first piece), one at a time."""
+        if self.concurrency == 1:
+            if seconds <= 0:
+                raise RuntimeError(f"an {rung} run streamed no token")
+            self.tokens.setdefault(rung, []).append(seconds)
 
     async def sample(self, rung: str, runs: int, concurrency: int) -> Sample:
         """One batch of `rung`; agentrt's conversations are made before the timing starts."""
@@ -272,6 +312,7 @@ async def measure(
         series.logged = await check_log(pool, rungs.counts, rungs.queued_counts)
         series.commits = {c: statistics.median(rungs.commits[c]) for c in LEVELS}
         series.firsts = rungs.firsts
+        series.tokens = rungs.tokens
     return series
 
 

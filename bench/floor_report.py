@@ -43,6 +43,8 @@ class Series:
     # Seconds from the POST to the first SSE event, one run at a time (L2, L3 and L4).
     firsts: dict[str, list[float]] = field(default_factory=dict)
     round_trip: float = 0.0  # an HTTP round trip to the floor server (`GET /readyz`), median
+    # Seconds from the start to the answer's first piece, one run at a time (every rung).
+    tokens: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, rung: str, c: int, pick: str) -> float:
         """The median over the repeats of one quantity (`rate`, `cpu`, `pg_cpu`, `wal`)."""
@@ -196,6 +198,17 @@ def verdicts(s: Series) -> list[str]:
             f"{first['L4']:.1f} ms",
             _share(s.round_trip * 1000, first["L3"], first["L4"], base="a round trip"),
         )
+    if all(s.tokens.get(r) for r in RUNGS):
+        token = {r: quantiles(s.tokens[r])["p50"] for r in RUNGS}
+        ratio = {r: round(token[r] / token["L0"], 2) for r in RUNGS}
+        add(
+            "First token p50 (target ≤ 1.5x L0's)",
+            f"L1's comes at {ratio['L1']:.2f}x, L2's {ratio['L2']:.2f}x and L3's "
+            f"{ratio['L3']:.2f}x L0's ({token['L0'] * 1000:.1f} ms)",
+            {r: [ratio[r] <= 1.5] for r in floors},
+            f"{ratio['L4']:.2f}x",
+            _share(token["L0"], token["L3"], token["L4"]),
+        )
     return out
 
 
@@ -231,6 +244,19 @@ def tables(s: Series) -> list[str]:
                     else f"| {NAMES[r]} (n={len(s.firsts[r])}) | {_ms(q['p50'])} | "
                     f"{_ms(q['p95'])} | |"
                 )
+    if all(s.tokens.get(r) for r in RUNGS):
+        lines += [
+            "",
+            "| concurrency 1 | first token p50 | p95 | against L0 |",
+            "|---|---|---|---|",
+        ]
+        token0 = quantiles(s.tokens["L0"])["p50"]
+        for r in RUNGS:
+            q = quantiles(s.tokens[r])
+            lines.append(
+                f"| {NAMES[r]} (n={len(s.tokens[r])}) | {_ms(q['p50'])} | {_ms(q['p95'])} "
+                f"| {q['p50'] / token0:.2f}x |"
+            )
     lines += [
         "",
         "| concurrency 8 | runs/s | against L0 | step from the rung before | repeats |",

@@ -145,3 +145,16 @@ def test_wal_gets_a_table_and_a_verdict_when_it_was_measured() -> None:
 def test_a_ratio_at_its_limit_meets_the_target() -> None:
     wal = verdicts(with_wal(45))[4]
     assert "can meet the target (met by L2 in 3 of 3 repeats, by L3 in 3)" in wal
+
+
+def test_first_tokens_get_a_table_and_a_verdict_against_l0s() -> None:
+    s = series([0.050] * 3)
+    s.tokens = {"L0": [0.020] * 5, "L1": [0.022] * 5, "L2": [0.026] * 5, "L3": [0.034] * 5}
+    s.tokens["L4"] = [0.050] * 5
+    token = verdicts(s)[-1]
+    assert token.startswith("- First token p50 (target ≤ 1.5x L0's): L1's comes at 1.10x")
+    assert "L3's 1.70x L0's (20.0 ms)" in token and "L3 misses the target" in token
+    assert "agentrt (L4): 2.50x" in token
+    assert "| L3 + queue, leases, fencing, tool ledger (n=5) | 34.0 ms | 34.0 ms | 1.70x |" in (
+        "\n".join(tables(s))
+    )
