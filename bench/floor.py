@@ -418,7 +418,9 @@ def main(database_url: str, quick: bool) -> Figures:
         f"and agentrt's idle processes {series.idle[1] * 1000:.1f} ms per second (measured over "
         "5 s after the warm-up); that background is in every rung's figures. An L1 run's "
         f"{series.logged[1]} events took a median of {series.commits[1]:g} commits at "
-        f"concurrency 1 and {series.commits[8]:g} at concurrency 8. The machine's load "
+        f"concurrency 1 and {series.commits[8]:g} at concurrency 8. The first token is the "
+        "answer's first non-empty piece: for L0 as the engine streams it, for L1 once its batch "
+        "is committed, for L2 to L4 once its frame reaches the client. The machine's load "
         f"average (1 min) while it ran: {min(series.loads):.2f} to {max(series.loads):.2f}; "
         "this benchmark's own processes make up to about 2 of it, the rest is other work."
     )
