@@ -110,7 +110,8 @@ def _outcome(ok: dict[str, list[bool]]) -> str:
         )
     if met3 == 0:
         return (
-            f"L3 misses the target in every repeat{counts}: no server that {GUARANTEE} and "
+            f"L3 misses the target{' in every repeat' if n > 1 else ''}{counts}: no server "
+            f"that {GUARANTEE} and "
             f"{GUARANTEE_L3} meets it on this machine; those are the guarantees that cost it"
         )
     if met3 < n:

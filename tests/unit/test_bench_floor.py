@@ -153,7 +153,7 @@ def test_first_tokens_get_a_table_and_a_verdict_against_l0s() -> None:
     s.tokens["L4"] = [0.050] * 5
     token = verdicts(s)[-1]
     assert token.startswith("- First token p50 (target ≤ 1.5x L0's): L1's comes at 1.10x")
-    assert "L3's 1.70x L0's (20.0 ms)" in token and "L3 misses the target" in token
+    assert "L3's 1.70x L0's (20.0 ms): L3 misses the target: no server" in token
     assert "agentrt (L4): 2.50x" in token
     assert "| L3 + queue, leases, fencing, tool ledger (n=5) | 34.0 ms | 34.0 ms | 1.70x |" in (
         "\n".join(tables(s))
