@@ -7,8 +7,9 @@ guarantees:
   stores the run, queued, with its `run.created` and a NOTIFY (bench/floor_server.py
   `--queued`); a worker process claims it (one statement: the oldest queued run, `FOR UPDATE
   SKIP LOCKED`, its lease taken and its generation bumped, with `run.started` appended in the
-  same transaction) and renews its leases every second. A run whose worker dies is claimed
-  again when its lease runs out (not exercised by the benchmark; its cost is the lease).
+  same transaction) and renews its leases every second. Taking back a run whose lease ran out
+  is left out: it costs nothing while workers live, and what it needs during a run, the
+  lease and its renewal, is here.
 - **Fencing.** Every write of an attempt, checkpoint or event, runs in one transaction with
   `floor_fence(run, generation)`, which takes the run's shared advisory lock and fails when
   the generation moved on; a takeover takes that lock exclusively before it bumps it. A
