@@ -75,8 +75,9 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
             charges[run_id].add(key)
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         runs = conn.execute(
-            "SELECT r.id, r.status, r.last_event_seq, r.snapshot, m.content AS stored"
-            " FROM runs r LEFT JOIN messages m ON m.id = r.output_message_id"
+            "SELECT r.id, r.status, r.last_event_seq, s.seq AS snapshot_seq, s.snapshot,"
+            " m.content AS stored FROM runs r LEFT JOIN messages m ON m.id = r.output_message_id"
+            " LEFT JOIN run_snapshots s ON s.run_id = r.id"
         ).fetchall()
         rows = conn.execute(
             "SELECT run_id, seq, type, ts, data FROM run_events ORDER BY run_id, seq"
@@ -121,6 +122,12 @@ def _check_log(verdict: Verdict, run: dict[str, Any], log: list[dict[str, Any]])
     if len(terminal) != 1 or log[-1]["type"] not in TERMINAL_EVENTS:
         verdict.log_defects += 1
         verdict.problems.append(f"{run['id']}: terminal events {terminal}")
+    # An ended run's stored snapshot folds its whole log (the final append stores it).
+    if run["snapshot_seq"] != run["last_event_seq"]:
+        verdict.log_defects += 1
+        verdict.problems.append(
+            f"{run['id']}: snapshot stored at {run['snapshot_seq']}, log at {run['last_event_seq']}"
+        )
 
 
 def _trace(log: list[dict[str, Any]]) -> str:

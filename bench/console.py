@@ -103,8 +103,8 @@ async def seed_long_run(
     )
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id,"
-        " status, attempt, last_event_seq, snapshot, created_at, started_at, finished_at,"
-        " updated_at) VALUES (%s, %s, %s, %s, 'scripted:long', %s, 'completed', 1, %s, %s,"
+        " status, attempt, last_event_seq, created_at, started_at, finished_at,"
+        " updated_at) VALUES (%s, %s, %s, %s, 'scripted:long', %s, 'completed', 1, %s,"
         " %s, %s, %s, %s)",
         (
             run_id,
@@ -113,12 +113,15 @@ async def seed_long_run(
             user,
             msg,
             events,
-            Jsonb(snap),
             start,
             start,
             start + timedelta(minutes=4),
             start + timedelta(minutes=4),
         ),
+    )
+    await conn.execute(
+        "INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%s, %s, %s)",
+        (run_id, events, Jsonb(snap)),
     )
     rows = [*head, *((E.MESSAGE_ITEM_DELTA, {"itemId": item, "delta": c}) for c in text), *tail]
     async with (

@@ -125,7 +125,6 @@ class Run:
     error_message: str | None
     error_details: dict[str, Any] | None
     last_event_seq: int
-    snapshot: dict[str, Any]
     usage: dict[str, Any]
     cancel_requested: bool
     pause_requested: bool

@@ -1,15 +1,19 @@
-"""The per-run event log: gapless `seq`, snapshot kept in step, and live notification.
+"""The per-run event log: gapless `seq`, the run's snapshot, and live notification.
 
 Every append allocates the next `seq` values under a conditional update of the run's row,
-folds the events into the stored snapshot, moves the run's status, and NOTIFYs listeners,
+folds the events into the run's snapshot, moves the run's status, and NOTIFYs listeners,
 atomically (one statement, or one transaction when the row must be read first).
+
+The snapshot is stored (`run_snapshots`) whenever no worker holds the run after the append,
+and every `LAG_MAX` events while one does; the worker keeps it folded in its head meanwhile.
+Readers fold the events after the stored one's `seq` from the log (docs/decisions/2010).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +39,9 @@ __all__ = ["StoreHook", "StoredEvent"]  # where the rest of the server finds the
 
 # What may follow a run's final event: memory extraction's report and its model usage.
 AFTER_END_EVENTS = frozenset({EventType.MEMORY_UPDATED, EventType.USAGE})
+# The most events a stored snapshot may lag behind the log while a worker holds the run: what
+# a reader folds at most, for the snapshot route or a head taken over after a crash.
+LAG_MAX = 256
 
 
 @dataclass
@@ -52,7 +59,11 @@ def encode_event(run_id: str, seq: int, kind: str, ts: datetime, data_json: str)
 
 @dataclass
 class RunHead:
-    """What an appender must know of a run: its last seq, status, snapshot and lease."""
+    """What an appender must know of a run: its last seq, status, snapshot and lease.
+
+    `snapshot` folds every event up to `seq`; `snapshot_seq` is the last event the stored one
+    folds (`run_snapshots`), which an append may leave behind (docs/decisions/2010).
+    """
 
     run_id: str
     seq: int
@@ -60,6 +71,13 @@ class RunHead:
     attempt: int
     snapshot: Snapshot
     generation: int
+    snapshot_seq: int = 0
+
+
+# The run's row with its stored snapshot (none before `run.created` is stored).
+HEAD_COLUMNS = "r.last_event_seq, r.status, r.attempt, r.lease_generation"
+SNAPSHOT_JOIN = "LEFT JOIN run_snapshots s ON s.run_id = r.id"
+SNAPSHOT_COLUMNS = "s.seq AS snapshot_seq, s.snapshot"
 
 
 async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
@@ -69,18 +87,21 @@ async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
     is no upgrade, which could wait on rows referencing the run (docs/decisions/1020).
     """
     cur = await conn.execute(
-        "SELECT last_event_seq, status, attempt, snapshot, lease_generation FROM runs WHERE id = %s"
-        + (" FOR NO KEY UPDATE" if lock else ""),
+        f"SELECT {HEAD_COLUMNS}, {SNAPSHOT_COLUMNS} FROM runs r {SNAPSHOT_JOIN} WHERE r.id = %s"
+        + (" FOR NO KEY UPDATE OF r" if lock else ""),
         (run_id,),
     )
     row = await cur.fetchone()
     if row is None:
         raise RunNotFoundError(run_id)
-    return head_of(run_id, row)
+    return await fold_tail(conn, head_of(run_id, row))
 
 
-def head_of(run_id: str, row: dict[str, Any]) -> RunHead:
-    """The head of a run from its `runs` row (as read under the caller's lock or claim)."""
+def head_of(run_id: str, row: Mapping[str, Any]) -> RunHead:
+    """The head of a run from its `runs` row and stored snapshot (`SNAPSHOT_COLUMNS`).
+
+    The snapshot may lag behind `last_event_seq`: `fold_tail` brings it up to date.
+    """
     return RunHead(
         run_id,
         row["last_event_seq"],
@@ -88,7 +109,40 @@ def head_of(run_id: str, row: dict[str, Any]) -> RunHead:
         row["attempt"],
         row["snapshot"] or empty_snapshot(run_id),
         row["lease_generation"],
+        row["snapshot_seq"] or 0,
     )
+
+
+# The events a stored snapshot lags behind, within the run's lifetime (see `_READ`).
+_TAIL = """
+SELECT seq, type, data FROM run_events
+WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upto)s
+  AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
+ORDER BY seq
+"""
+
+
+async def fold_tail(conn: Conn, head: RunHead) -> RunHead:
+    """Return `head` with the events after its stored snapshot folded into its snapshot.
+
+    Those events are the run's own and never change: any statement that sees the run at
+    `head.seq` finds them in the log.
+    """
+    if head.snapshot_seq >= head.seq:
+        return head
+    cur = await conn.execute(
+        _TAIL, {"run": head.run_id, "after": head.snapshot_seq, "upto": head.seq}
+    )
+    rows = await cur.fetchall()
+    if len(rows) != head.seq - head.snapshot_seq:
+        raise RuntimeError(
+            f"run {head.run_id}: the log holds {len(rows)} of the events"
+            f" {head.snapshot_seq + 1}..{head.seq} its snapshot lags behind"
+        )
+    snapshot = copy_snapshot(head.snapshot)
+    for row in rows:
+        apply_event(snapshot, row["seq"], row["type"], row["data"])
+    return replace(head, snapshot=snapshot)
 
 
 def new_head(run_id: str) -> RunHead:
@@ -168,6 +222,8 @@ async def _append(
     now = datetime.now(UTC)
     new, stored = fold_events(head, events, now)
     params = _params(head, new, stored, generation, now)
+    if params["snapshot"] is not None:
+        new = replace(new, snapshot_seq=new.seq)
     # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
@@ -193,7 +249,9 @@ def fold_events(
                 attempt = item.data.get("attempt", attempt)
             apply_event(snapshot, seq, item.type, item.data)
             stored.append(StoredEvent(head.run_id, seq, item.type, now, item.data))
-    new = RunHead(head.run_id, seq, snapshot["status"], attempt, snapshot, head.generation)
+    new = RunHead(
+        head.run_id, seq, snapshot["status"], attempt, snapshot, head.generation, head.snapshot_seq
+    )
     return new, stored
 
 
@@ -212,17 +270,23 @@ def _params(
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
     datas = [json.dumps(e.data) for e in stored]
+    release = (
+        is_terminal(status)
+        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
+        # A parent waiting for its child runs holds no worker (docs/subagents.md).
+        or (status == RunStatus.WAITING_TOOL and awaits_children(new.snapshot))
+    )
+    # Stored unless a worker goes on holding the run and will store it later: every reader
+    # without the worker's head folds at most `LAG_MAX` events from the log.
+    held = generation is not None and not release and new.seq - head.snapshot_seq <= LAG_MAX
     return {
         "seq": new.seq,
         # JSON text, not `Jsonb`: Postgres parses it into the jsonb column all the same.
-        "snapshot": json.dumps(new.snapshot),
+        "snapshot": None if held else json.dumps(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "after_end": after_end,
-        "release": is_terminal(status)
-        or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
-        # A parent waiting for its child runs holds no worker (docs/subagents.md).
-        or (status == RunStatus.WAITING_TOOL and awaits_children(new.snapshot)),
+        "release": release,
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,

@@ -51,7 +51,7 @@ class StoreHook:
 
 _MOVE = """
 UPDATE runs SET
-    last_event_seq = %(seq)s, snapshot = %(snapshot)s, status = %(status)s,
+    last_event_seq = %(seq)s, status = %(status)s,
     updated_at = now(),
     started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
     finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
@@ -66,11 +66,21 @@ WHERE id = %(id)s AND last_event_seq = %(prev)s
   AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
 RETURNING id
 """
+# The run's snapshot, when the append stores it (docs/decisions/2010).
+_KEEP = """
+INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(snapshot)s::jsonb)
+ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot
+"""
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders), store the events, notify listeners with
-# the batch itself as stored (server/events/carry.py), or a pointer if it would not fit.
+# nobody else has (fencing and serialising appenders), store the snapshot if it is to be
+# (`snapshot` is NULL when not), store the events, notify listeners with the batch itself as
+# stored (server/events/carry.py), or a pointer if it would not fit.
 _APPEND = f"""
-WITH moved AS ({_MOVE}), stored AS (
+WITH moved AS ({_MOVE}), kept AS (
+    INSERT INTO run_snapshots (run_id, seq, snapshot)
+    SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
+    ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot
+), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data
     FROM moved, jsonb_to_recordset(%(events)s::jsonb) AS e(seq bigint, type text, data jsonb)
@@ -178,6 +188,8 @@ async def _append_by_copy(
         await cur.execute(_MOVE, params)
         if cur.rowcount != 1:
             return False
+        if params["snapshot"] is not None:
+            await cur.execute(_KEEP, params)
         # The conditional update above both fences and serialises appenders, so the seq values
         # below are ours alone.
         async with cur.copy(

@@ -60,9 +60,9 @@ async def get_run_route(run_id: str, pool: PoolDep, who: PrincipalDep) -> dict[s
 @router.get("/{run_id}/snapshot", response_model=Snapshot, responses=errors(404))
 async def get_snapshot(run_id: str, subagents: SubagentDep, who: PrincipalDep) -> dict[str, Any]:
     """Return what the run looks like now, as of `lastEventId` (children: their live status)."""
-    run, children = await subagents.snapshot(who, run_id)
-    snap = run.snapshot
-    return {**snap, "status": run.status.value, "output": output_text(snap), "children": children}
+    head, children = await subagents.snapshot(who, run_id)
+    snap = head.snapshot
+    return {**snap, "status": head.status, "output": output_text(snap), "children": children}
 
 
 def _cursor(request: Request, after: int | None) -> int:

@@ -291,7 +291,9 @@ class Attempt:
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})
-        budget = await lowered_by_children(deps.pool, run, run_budget(run.options, deps.settings))
+        budget = await lowered_by_children(
+            deps.pool, run, self.claim.head.snapshot, run_budget(run.options, deps.settings)
+        )
         caller = run_caller(deps.models, run.model, agent, budget=budget, totals=run.usage or None)
         return RunContext(
             run_id=run.id,

@@ -34,7 +34,15 @@ from server.errors import (
     TooManyRunsError,
 )
 from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL
-from server.events.log import NewEvent, RunHead, append_events, head_of, new_head
+from server.events.log import (
+    SNAPSHOT_COLUMNS,
+    NewEvent,
+    RunHead,
+    append_events,
+    fold_tail,
+    head_of,
+    new_head,
+)
 from server.ids import new_id
 from server.lifecycle import audit
 from server.runs.conversations import get_conversation
@@ -217,7 +225,7 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
     row = await inserted.fetchone()
     assert row is not None
     # What the append changed besides: updated_at is now() again, the same in one transaction.
-    return replace(Run.from_row(row), last_event_seq=head.seq, snapshot=head.snapshot)
+    return replace(Run.from_row(row), last_event_seq=head.seq)
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
@@ -416,15 +424,17 @@ FROM next WHERE runs.id = next.id
 RETURNING runs.*,
     (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
 """
-# One row either way: the claimed run (all NULL when none) and whether any other run is queued
-# in the statement's snapshot (the run just claimed is still queued there).
+# One row either way: the claimed run (all NULL when none) with its stored snapshot, and
+# whether any other run is queued in the statement's snapshot (the run just claimed is still
+# queued there).
 _CLAIM_REPORTING = f"""
 WITH claimed AS ({_CLAIM})
-SELECT claimed.*, EXISTS (
+SELECT claimed.*, {SNAPSHOT_COLUMNS}, EXISTS (
     SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
       AND q.id NOT IN (SELECT id FROM claimed)
 ) AS backlog
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+LEFT JOIN run_snapshots s ON s.run_id = claimed.id
 """
 
 
@@ -480,7 +490,9 @@ async def claim_reporting_backlog(
     if row["id"] is None:
         return None, row["backlog"]
     run = Run.from_row(row)
-    return Claim(run, head_of(run.id, row), row["input_content"]), row["backlog"]
+    # The stored snapshot lags only behind a worker that lost the run (docs/decisions/2010).
+    head = await fold_tail(conn, head_of(run.id, row))
+    return Claim(run, head, row["input_content"]), row["backlog"]
 
 
 async def renew_leases(

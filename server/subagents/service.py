@@ -10,7 +10,7 @@ from server.auth import Principal
 from server.db.pool import Conn, Pool, retry_deadlocks
 from server.domain import Run, RunStatus
 from server.errors import RunNotRetryableError
-from server.events.log import NewEvent, append_events, load_head
+from server.events.log import NewEvent, RunHead, append_events, load_head
 from server.runs.records import NewChildRun, get_run, insert_child_run
 from server.subagents.usage import usage_with_descendants
 from server.timestamps import iso
@@ -75,11 +75,16 @@ class SubagentService:
             cur = await conn.execute(_CHILDREN, (run_id,))
             return [child_view(r) for r in await cur.fetchall()]
 
-    async def snapshot(self, who: Principal, run_id: str) -> tuple[Run, list[dict[str, Any]]]:
-        """Return the run and its snapshot's children with their live status."""
+    async def snapshot(self, who: Principal, run_id: str) -> tuple[RunHead, list[dict[str, Any]]]:
+        """Return the run's head (its snapshot up to date) and its children's live status.
+
+        Raises:
+            RunNotFoundError: no such run for the caller's tenant.
+        """
         async with self.pool.connection() as conn:
-            run = await get_run(conn, who, run_id)
-            return run, await live_children(conn, run.snapshot)
+            await get_run(conn, who, run_id)
+            head = await load_head(conn, run_id, lock=False)
+            return head, await live_children(conn, head.snapshot)
 
     async def usage(self, who: Principal, run_id: str) -> dict[str, Any]:
         """Return the totals of the run and every run below it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from nodes.models.usage import Budget, RunTotals
@@ -58,9 +59,14 @@ def _less(limit: Any, used: Any) -> Any:
     return None if limit is None else limit - used
 
 
-async def lowered_by_children(pool: Pool, run: Run, budget: Budget) -> Budget:
-    """Return the run's budget less what its child runs spent: children count toward it."""
-    if not run.snapshot.get("children"):
+async def lowered_by_children(
+    pool: Pool, run: Run, snapshot: Mapping[str, Any], budget: Budget
+) -> Budget:
+    """Return the run's budget less what its child runs spent: children count toward it.
+
+    `snapshot` is the run's, up to date: whether it has children.
+    """
+    if not snapshot.get("children"):
         return budget
     async with pool.connection() as conn:
         tree, _ = await tree_usage(conn, run.id)

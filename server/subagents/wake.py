@@ -19,11 +19,12 @@ from server.subagents.results import completed_event, delegation_rows, ended
 
 log = logging.getLogger(__name__)
 
+# A parent waiting for its children holds no worker, so its stored snapshot is up to date.
 _WAITING_PARENTS = f"""
-SELECT p.id FROM runs p
+SELECT p.id FROM runs p JOIN run_snapshots s ON s.run_id = p.id
 WHERE p.status = '{RunStatus.WAITING_TOOL.value}' AND p.lease_owner IS NULL
   AND EXISTS (
-    SELECT 1 FROM jsonb_array_elements(COALESCE(p.snapshot -> 'children', '[]')) c
+    SELECT 1 FROM jsonb_array_elements(COALESCE(s.snapshot -> 'children', '[]')) c
     LEFT JOIN runs r ON r.id = c ->> 'runId'
     WHERE c ->> 'status' = 'running' AND (r.id IS NULL OR {status_in(TERMINAL, "r.status")}))
 ORDER BY p.updated_at LIMIT %s

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
 from server.auth import Principal
-from server.db.pool import Pool
+from server.db.pool import Conn, Pool
 from server.errors import IllegalTransitionError, LeaseLostError, RunFinishedError
-from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.log import LAG_MAX, NewEvent, append_events, load_head, read_events
 from server.events.snapshot import apply_event, empty_snapshot
 from server.events.writer import EventWriter
 from server.runs.conversations import create_conversation
@@ -41,6 +42,21 @@ async def claim(pool: Pool, run_id: str) -> int:
             conn, run_id, [NewEvent("run.started", {"attempt": 1})], generation=generation
         )
     return generation
+
+
+async def stored_snapshot(conn: Conn, run_id: str) -> tuple[int, dict[str, Any]] | None:
+    """The run's stored snapshot as (seq, snapshot), without folding anything after it."""
+    cur = await conn.execute("SELECT seq, snapshot FROM run_snapshots WHERE run_id = %s", (run_id,))
+    row = await cur.fetchone()
+    return None if row is None else (row["seq"], row["snapshot"])
+
+
+def fold_of(run_id: str, events: list[tuple[int, str, str]]) -> dict[str, Any]:
+    """The snapshot folded from `events` as `read_events` returns them."""
+    folded = empty_snapshot(run_id)
+    for seq, kind, payload in events:
+        apply_event(folded, seq, kind, json.loads(payload)["data"])
+    return folded
 
 
 async def test_concurrent_appends_get_gapless_increasing_seq(pool: Pool) -> None:
@@ -107,11 +123,14 @@ async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool, words: int
         stored = await load_head(conn, run_id, lock=False)
         with pytest.raises(RunFinishedError):
             await append_events(conn, run_id, [NewEvent("note")], generation=generation)
+        row = await stored_snapshot(conn, run_id)
     folded = empty_snapshot(run_id)
     for seq, kind, payload in events:
         apply_event(folded, seq, kind, json.loads(payload)["data"])
     assert stored.snapshot == folded
     assert stored.status == "completed"
+    # The run's final append stored it: nothing is left for a reader to fold.
+    assert row == (len(events), folded)
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
     assert len(events) == words + 7
 
@@ -155,3 +174,65 @@ async def test_event_data_and_snapshot_text_are_stored_exactly(pool: Pool) -> No
         tricky,
     ]
     assert stored.snapshot["items"][0]["text"] == tricky["text"]
+
+
+async def test_a_held_runs_snapshot_is_stored_once_no_worker_holds_it(pool: Pool) -> None:
+    run_id = await new_run(pool)
+    generation = await claim(pool, run_id)
+    async with pool.connection() as conn:
+        head = await load_head(conn, run_id, lock=False)
+        assert await stored_snapshot(conn, run_id) == (
+            1,
+            fold_of(run_id, (await read_events(conn, run_id, 0, 1))),
+        )
+        writer_head = head
+        for word in ("one ", "two "):
+            writer_head, _ = await append_events(
+                conn,
+                run_id,
+                [
+                    NewEvent("message.item.created", {"itemId": word}),
+                    NewEvent("message.item.delta", {"itemId": word, "delta": word}),
+                ],
+                generation=generation,
+                head=writer_head,
+            )
+        events = await read_events(conn, run_id, 0, 100)
+        # The worker holds the run: its appends left the stored snapshot at `run.created`,
+        # and a reader folds the rest from the log.
+        assert (await stored_snapshot(conn, run_id) or (0,))[0] == 1
+        assert writer_head.snapshot_seq == 1
+        fresh = await load_head(conn, run_id, lock=False)
+        assert (fresh.seq, fresh.snapshot) == (6, fold_of(run_id, events))
+        assert fresh.snapshot == writer_head.snapshot
+        # Requeued (as the lease reaper does, with no generation): no worker holds it.
+        await append_events(conn, run_id, [NewEvent("run.requeued", {"reason": "test"})])
+        events = await read_events(conn, run_id, 0, 100)
+        assert await stored_snapshot(conn, run_id) == (7, fold_of(run_id, events))
+        assert fold_of(run_id, events)["status"] == "queued"
+
+
+async def test_a_held_runs_stored_snapshot_lags_at_most_lag_max_events(pool: Pool) -> None:
+    run_id = await new_run(pool)
+    generation = await claim(pool, run_id)
+    stored_at = set()
+    async with pool.connection() as conn:
+        head = await load_head(conn, run_id, lock=False)
+        for n in range(3 * LAG_MAX // 10):
+            head, _ = await append_events(
+                conn,
+                run_id,
+                [NewEvent("note", {"n": n, "k": k}) for k in range(10)],
+                generation=generation,
+                head=head,
+            )
+            row = await stored_snapshot(conn, run_id)
+            assert row is not None
+            assert head.seq - row[0] <= LAG_MAX
+            assert row[0] == head.snapshot_seq
+            stored_at.add(row[0])
+        events = await read_events(conn, run_id, 0, 10_000)
+        row = await stored_snapshot(conn, run_id)
+        assert row is not None
+        assert row[1] == fold_of(run_id, [e for e in events if e[0] <= row[0]])
+    assert len(stored_at) >= 3  # created, then at least twice while held

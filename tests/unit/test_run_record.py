@@ -77,7 +77,6 @@ def row(**changes: Any) -> dict[str, Any]:
         input_message_id="msg_1",
         attempt=1,
         last_event_seq=4,
-        snapshot={},
         usage={},
         cancel_requested=False,
         pause_requested=False,
