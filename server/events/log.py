@@ -268,6 +268,7 @@ def _params(
     status = new.status
     after_end = is_terminal(head.status)
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
+    completed = next((e for e in reversed(stored) if e.type == EventType.RUN_COMPLETED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
     datas = [json.dumps(e.data) for e in stored]
     release = (
@@ -290,6 +291,8 @@ def _params(
         "error_type": failed.data.get("errorType") if failed else None,
         "error_message": failed.data.get("message") if failed else None,
         "error_details": Jsonb(error_details(failed.data)) if failed else None,
+        # The run's answer, stored by the appender in the same transaction (its `extra`).
+        "output_message_id": completed.data.get("outputMessageId") if completed else None,
         "usage": Jsonb(new.snapshot.get("usage", {})) if usage_changed else None,
         "id": head.run_id,
         "prev": head.seq,

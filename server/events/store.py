@@ -58,6 +58,7 @@ UPDATE runs SET
     error_type = COALESCE(%(error_type)s, error_type),
     error_message = COALESCE(%(error_message)s, error_message),
     error_details = COALESCE(%(error_details)s, error_details),
+    output_message_id = COALESCE(%(output_message_id)s, output_message_id),
     usage = COALESCE(%(usage)s, usage),
     lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
     lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,

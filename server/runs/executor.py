@@ -27,7 +27,7 @@ from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
 from server.observability.tracing import RunInfo, SpanBatch
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
-from server.runs.records import Claim, mark_paused, set_output_message
+from server.runs.records import Claim, mark_paused
 from server.skills.usage import SKILL_LOADS
 from server.subagents.suspend import suspend_run
 from server.subagents.wake import after_run_end
@@ -203,7 +203,6 @@ async def _complete(writer: EventWriter, run: Run, spans: SpanBatch) -> bool:
             " VALUES (%s, %s, %s, %s, %s, 'assistant', %s)",
             (message_id, run.conversation_id, run.tenant_id, run.user_id, run.id, output),
         )
-        await set_output_message(conn, run.id, message_id)
         # With the completion, so that a completed run never lacks its extraction job.
         await enqueue_extraction(conn, run)
 

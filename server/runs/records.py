@@ -351,11 +351,6 @@ async def unpause(conn: Conn, run_id: str) -> None:
     )
 
 
-async def set_output_message(conn: Conn, run_id: str, message_id: str) -> None:
-    """Point the run at its assistant message (in the transaction of `run.completed`)."""
-    await conn.execute("UPDATE runs SET output_message_id = %s WHERE id = %s", (message_id, run_id))
-
-
 # Fair across users: the queued run whose user has the fewest active runs goes first, then
 # the oldest; a parent waiting for its children holds no worker, so it does not count. A
 # conversation runs one run at a time, in order (docs/decisions/0007). Only users holding
