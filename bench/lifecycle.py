@@ -138,6 +138,8 @@ def _migration(server_url: str, rows: int) -> float:
                     conn.execute(
                         "INSERT INTO schema_migrations VALUES (%s, %s)", (version, path.name)
                     )
+            elif version > 19:  # marked done, so that only 0019 is applied and timed
+                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, path.name))
         now = datetime.now(UTC)
         per_day = rows // DAYS
         for day in range(DAYS):
