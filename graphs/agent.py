@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
+from langgraph.runtime import Runtime, get_runtime
 
 from graphs.context import RunContext
 from graphs.state import AgentState
@@ -21,14 +21,30 @@ from nodes.call_model import call_model
 from nodes.delegate_subagents import delegate_subagents, open_delegations
 from nodes.dispatch_tools import dispatch_tools
 
+Route = Literal["await_approval", "dispatch_tools", "__end__"]
 
-def route_after_model(
-    state: AgentState, runtime: Runtime[RunContext]
-) -> Literal["await_approval", "dispatch_tools", "__end__"]:
-    """Finish when the model asked for no tool; stop for approval first when policy says so."""
+
+def route_after_model(state: AgentState) -> Route:
+    """Finish when the model asked for no tool; stop for approval first when policy says so.
+
+    The run's context comes from `get_runtime`, not from a `runtime` parameter: LangGraph
+    routes a state update made outside a run (the LangGraph API's `update_state`) with no
+    runtime, and refuses to call a router that asks for one.
+    """
+    return route_with(state, get_runtime(RunContext))
+
+
+def route_with(state: AgentState, runtime: Runtime[RunContext] | None) -> Route:
+    """Route after the model with the run's runtime, or None outside a run.
+
+    Outside a run the approval policy is unknown: tool calls go through `await_approval`,
+    which asks for what the policy of the run that resumes them requires, and nothing more.
+    """
     last = state["messages"][-1]
     if not (isinstance(last, AIMessage) and last.tool_calls):
         return "__end__"
+    if runtime is None:
+        return "await_approval"
     toolbox = toolbox_of(runtime.context or RunContext())
     return "await_approval" if pending_approvals(state, toolbox) else "dispatch_tools"
 
@@ -41,18 +57,33 @@ def route_after_tools(state: AgentState) -> Literal["delegate_subagents", "build
 ContextFactory = Callable[[RunContext | None], Awaitable[RunContext]]
 
 
+async def _completed(runtime: Runtime[RunContext], factory: ContextFactory) -> Runtime[RunContext]:
+    """Return `runtime` with a full context: its own, or one `factory` builds from it."""
+    context = runtime.context
+    if context is None or context.model_caller is None:
+        return runtime.override(context=await factory(context))
+    return runtime
+
+
 def _with_context(node: Any, factory: ContextFactory) -> Any:
     """Wrap a node so that a run started without a full context gets one from `factory`."""
 
     async def wrapped(state: AgentState, runtime: Runtime[RunContext]) -> Any:
-        context = runtime.context
-        if context is None or context.model_caller is None:
-            runtime = runtime.override(context=await factory(context))
-        result = node(state, runtime)
+        result = node(state, await _completed(runtime, factory))
         return await result if inspect.isawaitable(result) else result
 
     wrapped.__name__ = node.__name__
     return wrapped
+
+
+def _router_with_context(factory: ContextFactory) -> Any:
+    """`route_after_model` for runs started without a full context (see `_with_context`)."""
+
+    async def route_after_model(state: AgentState) -> Route:
+        runtime = get_runtime(RunContext)
+        return route_with(state, None if runtime is None else await _completed(runtime, factory))
+
+    return route_after_model
 
 
 def build_agent_graph(
@@ -75,7 +106,7 @@ def build_agent_graph(
     router: Any = route_after_model
     if context is not None:
         nodes = [_with_context(n, context) for n in nodes]
-        router = _with_context(route_after_model, context)
+        router = _router_with_context(context)
     for node in nodes:
         builder.add_node(node.__name__, node)
     builder.add_edge(START, "build_context")

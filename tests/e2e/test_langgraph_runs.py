@@ -358,3 +358,26 @@ async def test_agentrts_own_agent_and_native_runs_are_one_runtime(
     assert {r["status"] for r in runs} == {"success"}
     state = await client.threads.get_state(tid)
     assert "4" in state["values"]["messages"][-1]["content"]
+
+
+async def test_a_state_update_after_an_agent_turn_is_routed_outside_a_run(
+    client: LangGraphClient,
+) -> None:
+    # With no `as_node`, LangGraph applies an update as the last node that ran (the model
+    # call here) and routes after it with no run's runtime: the update lands, and a tool call
+    # goes through the approval step, which asks only what the resuming run's policy requires.
+    tid = (await client.threads.create())["thread_id"]
+    await client.runs.wait(
+        tid, "agent", input={"messages": [{"role": "user", "content": "what is 6*7?"}]}
+    )
+    noted = {"role": "assistant", "content": "Noted."}
+    await client.threads.update_state(tid, {"messages": [noted]})
+    state = await client.threads.get_state(tid)
+    assert (state["values"]["messages"][-1]["content"], state["next"]) == ("Noted.", [])
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "name": "calculator", "args": {"expression": "2+2"}}],
+    }
+    await client.threads.update_state(tid, {"messages": [call]})
+    assert (await client.threads.get_state(tid))["next"] == ["await_approval"]
