@@ -40,7 +40,8 @@ def route_with(state: AgentState, runtime: Runtime[RunContext] | None) -> Route:
     Outside a run the approval policy is unknown: tool calls go through `await_approval`,
     which asks for what the policy of the run that resumes them requires, and nothing more.
     """
-    last = state["messages"][-1]
+    # A state written by hand (supersteps as the model call) may hold no message at all.
+    last = state["messages"][-1] if state.get("messages") else None
     if not (isinstance(last, AIMessage) and last.tool_calls):
         return "__end__"
     if runtime is None:

@@ -381,3 +381,13 @@ async def test_a_state_update_after_an_agent_turn_is_routed_outside_a_run(
     }
     await client.threads.update_state(tid, {"messages": [call]})
     assert (await client.threads.get_state(tid))["next"] == ["await_approval"]
+
+
+async def test_supersteps_as_the_model_call_with_no_message_make_a_thread(
+    client: LangGraphClient,
+) -> None:
+    thread = await client.threads.create(
+        graph_id="agent", supersteps=[{"updates": [{"values": {}, "as_node": "call_model"}]}]
+    )
+    state = await client.threads.get_state(thread["thread_id"])
+    assert (state["values"].get("messages", []), state["next"]) == ([], [])
