@@ -74,9 +74,7 @@ class RunHead:
     snapshot_seq: int = 0
 
 
-# The run's row with its stored snapshot (none before `run.created` is stored).
-HEAD_COLUMNS = "r.last_event_seq, r.status, r.attempt, r.lease_generation"
-SNAPSHOT_JOIN = "LEFT JOIN run_snapshots s ON s.run_id = r.id"
+# The stored snapshot's columns, from `run_snapshots s` (no row before `run.created`).
 SNAPSHOT_COLUMNS = "s.seq AS snapshot_seq, s.snapshot"
 
 
@@ -87,8 +85,9 @@ async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
     is no upgrade, which could wait on rows referencing the run (docs/decisions/1020).
     """
     cur = await conn.execute(
-        f"SELECT {HEAD_COLUMNS}, {SNAPSHOT_COLUMNS} FROM runs r {SNAPSHOT_JOIN} WHERE r.id = %s"
-        + (" FOR NO KEY UPDATE OF r" if lock else ""),
+        "SELECT r.last_event_seq, r.status, r.attempt, r.lease_generation,"
+        f" {SNAPSHOT_COLUMNS} FROM runs r LEFT JOIN run_snapshots s ON s.run_id = r.id"
+        " WHERE r.id = %s" + (" FOR NO KEY UPDATE OF r" if lock else ""),
         (run_id,),
     )
     row = await cur.fetchone()

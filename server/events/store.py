@@ -68,9 +68,10 @@ WHERE id = %(id)s AND last_event_seq = %(prev)s
 RETURNING id
 """
 # The run's snapshot, when the append stores it (docs/decisions/2010).
-_KEEP = """
+_KEPT = "ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot"
+_KEEP = f"""
 INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(snapshot)s::jsonb)
-ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot
+{_KEPT}
 """
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders), store the snapshot if it is to be
@@ -80,7 +81,7 @@ _APPEND = f"""
 WITH moved AS ({_MOVE}), kept AS (
     INSERT INTO run_snapshots (run_id, seq, snapshot)
     SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
-    ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot
+    {_KEPT}
 ), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data
