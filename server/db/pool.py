@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any, TypeVar
 
-from psycopg import AsyncConnection, OperationalError, errors
+from psycopg import AsyncConnection, Error, OperationalError, errors
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -227,6 +228,42 @@ async def migrate(pool: Pool) -> list[str]:
             log.info("applied migration %s", name)
             applied.append(name)
     return applied
+
+
+@asynccontextmanager
+async def pipelined_transaction(conn: Conn) -> AsyncIterator[Conn]:
+    """One transaction on a pipelined pooled connection: `BEGIN` and `COMMIT` as statements.
+
+    `BEGIN` goes out with the block's first statement whose result is read, and `COMMIT`
+    with every statement still unread at the end, in one round trip. psycopg's
+    `transaction()` inside `pipeline()` syncs on its own at each end: four round trips where
+    two do (docs/decisions/2011). Results left unread in the block can be read once it ends.
+
+    A failure anywhere (in the block, or a statement's error met at the final sync, when
+    `COMMIT` is skipped) rolls the transaction back through `conn.rollback()`: a `ROLLBACK`
+    statement in a pipeline leaves psycopg's cache of prepared statements out of step with
+    the server's. psycopg knows nothing of this transaction, and in a pipeline libpq knows
+    its status only at a sync: inside the block, code must not call `conn.transaction()`,
+    which could take it for none and commit it (`append_events` does not).
+    """
+    if (
+        conn.info.pipeline_status != PipelineStatus.OFF
+        or conn.info.transaction_status != TransactionStatus.IDLE
+    ):
+        raise RuntimeError("a pipelined transaction needs an idle connection, not pipelined")
+    try:
+        async with conn.pipeline():
+            await conn.execute("BEGIN", prepare=False)
+            yield conn
+            await conn.execute("COMMIT", prepare=False)
+    except BaseException:
+        if conn.info.transaction_status in (
+            TransactionStatus.INTRANS,
+            TransactionStatus.INERROR,
+        ):
+            with contextlib.suppress(Error):
+                await conn.rollback()
+        raise
 
 
 async def retry_deadlocks(attempt: Callable[[], Awaitable[T]]) -> T:

@@ -11,16 +11,20 @@ Readers fold the events after the stored one's `seq` from the log (docs/decision
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from psycopg import AsyncCursor
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
-from server.db.pool import Conn
+from server.db.pool import Conn, pipelined_transaction
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
 from server.events.carry import carried_head, pointer, stamp, wire_event
@@ -33,7 +37,13 @@ from server.events.snapshot import (
     copy_snapshot,
     empty_snapshot,
 )
-from server.events.store import StoredEvent, StoreHook, store_batch
+from server.events.store import (
+    KEEP_SNAPSHOT,
+    STATEMENT_MAX,
+    StoredEvent,
+    StoreHook,
+    store_batch,
+)
 
 __all__ = ["StoreHook", "StoredEvent"]  # where the rest of the server finds them
 
@@ -149,6 +159,57 @@ def new_head(run_id: str) -> RunHead:
     return RunHead(run_id, 0, "queued", 0, empty_snapshot(run_id), 0)
 
 
+async def append_creating(
+    conn: Conn, run_id: str, events: list[NewEvent], statement: str, values: Mapping[str, Any]
+) -> tuple[RunHead, AsyncCursor[Any]]:
+    """Send the statement that inserts a new run's row with its first `events` (not read).
+
+    Args:
+        conn: A connection inside the caller's transaction; pipelined, the statement goes out
+            with the next one whose result is read, or with the `COMMIT`.
+        run_id: The new run's id.
+        events: Its first events, `run.created` first; at most `STATEMENT_MAX`.
+        statement: `server.events.store.creating_statement` of the run's `INSERT`.
+        values: The `INSERT`'s own parameters, besides the append's.
+
+    Returns:
+        The run's head after the events, and the statement's cursor: its one row (the run's
+        row, and `carried`, the events as a notification carries them) is read once the
+        caller's transaction has committed.
+    """
+    now = datetime.now(UTC)
+    head = new_head(run_id)
+    new, stored = fold_events(head, events, now)
+    params = _params(head, new, stored, None, now)
+    cursor = await conn.execute(statement, {**params, **values})
+    return replace(new, snapshot_seq=new.seq), cursor
+
+
+async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, data: str) -> RunHead:
+    """The head of a run whose claim's statement appended its `run.started` (`data`, at `ts`).
+
+    `row` is the run's row as the claim left it, with its stored snapshot
+    (`SNAPSHOT_COLUMNS`): the head before the event is folded as any reader's, then the event
+    onto it here, as its append would have. The snapshot is stored, in the caller's
+    transaction, only if it would otherwise lag more than `LAG_MAX` events (a run taken over
+    from a worker that lost it): the claimer holds the run (docs/decisions/2010).
+    """
+    run_id = row["id"]
+    before = await fold_tail(
+        conn,
+        head_of(run_id, {**row, "last_event_seq": row["last_event_seq"] - 1, "status": "queued"}),
+    )
+    head, _ = fold_events(before, [NewEvent(_RUN_STARTED, json.loads(data))], ts)
+    if head.seq != row["last_event_seq"]:
+        raise RuntimeError(f"run {run_id}: the claim's run.started is not seq {head.seq}")
+    if head.seq - head.snapshot_seq > LAG_MAX:
+        await conn.execute(
+            KEEP_SNAPSHOT, {"id": run_id, "seq": head.seq, "snapshot": json.dumps(head.snapshot)}
+        )
+        head = replace(head, snapshot_seq=head.seq)
+    return head
+
+
 _RUN_STARTED = EventType.RUN_STARTED  # looked up once: the fold runs for every event
 
 
@@ -191,7 +252,7 @@ async def append_events(
     """
     if head is not None and extra is None and before is None:
         return await _append(conn, head, events, generation, hooks, pipelined)
-    async with conn.transaction():
+    async with _transaction(conn, events):
         if before is not None:
             await before(conn)
         if head is None:
@@ -202,6 +263,25 @@ async def append_events(
         if extra is not None:
             await extra(conn, new_head)
     return new_head, stored
+
+
+def _transaction(conn: Conn, events: list[NewEvent]) -> AbstractAsyncContextManager[Any]:
+    """The append's transaction: pipelined when it can be.
+
+    Pipelined, the statements nobody reads (the rows of `extra`, the hooks') go out with the
+    `COMMIT`, in one round trip (docs/decisions/2011). On a connection already pipelined,
+    the caller's transaction holds the append (its `pipelined_transaction`, or the implicit
+    one up to the pipeline's sync): in a pipeline, libpq knows a transaction's status only
+    at a sync, so psycopg's `transaction()` could take the caller's for none and commit it.
+    A batch for COPY, which a pipeline cannot carry, or a connection in the caller's
+    transaction, gets psycopg's `transaction()` (a savepoint in the latter case).
+    """
+    if conn.info.pipeline_status != PipelineStatus.OFF:
+        return contextlib.nullcontext()
+    # A closing plan update may join the batch: one event of margin.
+    if len(events) < STATEMENT_MAX and conn.info.transaction_status == TransactionStatus.IDLE:
+        return pipelined_transaction(conn)
+    return conn.transaction()
 
 
 async def _append(

@@ -170,8 +170,7 @@ class Feeds:
         if batch is None:
             feed.want_read()
             return
-        rows = [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in batch.events]
-        self.carried += feed.offer(batch.last, rows)
+        self.carried += feed.offer(batch.last, _framed(batch.events))
 
     @property
     def reads(self) -> int:
@@ -200,7 +199,7 @@ class Feeds:
         events = self._recent.after(run_id, cursor)
         if events is None:
             return None
-        return [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in events]
+        return _framed(events)
 
     @contextlib.contextmanager
     def follow(self, run_id: str, cursor: int, seed: list[Row] | None = None) -> Iterator[RunFeed]:
@@ -216,6 +215,19 @@ class Feeds:
             if feed.streams == 0 and self._feeds.get(run_id) is feed:
                 del self._feeds[run_id]
                 self._ended_reads += feed.reads
+
+
+def _framed(events: list[tuple[int, str, str]]) -> list[Row]:
+    """Frame events given as (seq, type, wire JSON)."""
+    return [(seq, kind, frame(seq, kind, wire)) for seq, kind, wire in events]
+
+
+def _rows_after(payload: str, cursor: int) -> list[Row] | None:
+    """Frames after `cursor` of the batch `payload` carries, if it holds all from `cursor + 1`."""
+    batch = carried(payload)
+    if batch is None or batch.first > cursor + 1 or batch.last <= cursor:
+        return None
+    return _framed([e for e in batch.events if e[0] > cursor])
 
 
 def _batch(rows: list[Row]) -> tuple[str, int, bool]:
@@ -241,17 +253,20 @@ async def event_stream(
     page: int,
     connections: Gauge | None = None,
     stop: asyncio.Event | None = None,
+    committed: str | None = None,
 ) -> AsyncIterator[str]:
     """Yield SSE text for every event after `after`, live, until the terminal event.
 
     The stream also ends when `stop` is set (the server is shutting down): the client
-    reconnects with `Last-Event-ID` and loses nothing.
+    reconnects with `Last-Event-ID` and loses nothing. `committed`: see `RunStreams.open`.
     """
     cursor = after
     if connections is not None:
         connections.inc()
     try:
-        async for text in _stream(pool, notifier, feeds, run_id, cursor, heartbeat_s, page, stop):
+        async for text in _stream(
+            pool, notifier, feeds, run_id, cursor, heartbeat_s, page, stop, committed
+        ):
             yield text
     finally:
         if connections is not None:
@@ -270,8 +285,13 @@ class RunStreams:
     connections: Gauge | None = None
     stop: asyncio.Event | None = None
 
-    def open(self, run_id: str, after: int) -> AsyncIterator[str]:
-        """Return the SSE text of the run's events after `after`, live, to its terminal event."""
+    def open(self, run_id: str, after: int, committed: str | None = None) -> AsyncIterator[str]:
+        """Return the SSE text of the run's events after `after`, live, to its terminal event.
+
+        `committed` is a batch of the run's committed events as a notification carries them
+        (server/events/carry.py), such as the request that created the run stored: the
+        stream may start with it, not waiting for its notification or reading the log.
+        """
         return event_stream(
             self.pool,
             self.notifier,
@@ -282,6 +302,7 @@ class RunStreams:
             page=self.page,
             connections=self.connections,
             stop=self.stop,
+            committed=committed,
         )
 
 
@@ -294,10 +315,15 @@ async def _stream(
     heartbeat_s: float,
     page: int,
     stop: asyncio.Event | None,
+    committed: str | None,
 ) -> AsyncIterator[str]:
     with notifier.watch_run(run_id) as wake:
         # The run's latest notifications may hold all we need (a run just posted): no read.
+        # Failing those, the batch the caller committed: its notification, and any after it,
+        # have not arrived yet (they arrive in commit order), so the feed will hear of them.
         recent = feeds.recent(run_id, cursor)
+        if recent is None and committed is not None:
+            recent = _rows_after(committed, cursor)
         # Replay on our own until caught up, so that a long replay never holds up live streams.
         caught_up = recent is not None
         while not caught_up:

@@ -7,18 +7,16 @@ notifies listeners, all or nothing (docs/decisions/0605, 1960).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import AsyncCursor
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from graphs.events import EventType
-from server.db.pool import Conn
+from server.db.pool import Conn, pipelined_transaction
 from server.events.carry import NOTIFY_LIMIT_SQL
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 
@@ -69,16 +67,19 @@ RETURNING id
 """
 # The run's snapshot, when the append stores it (docs/decisions/2010).
 _KEPT = "ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot"
-_KEEP = f"""
+KEEP_SNAPSHOT = f"""
 INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(snapshot)s::jsonb)
 {_KEPT}
 """
+
+
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders), store the snapshot if it is to be
-# (`snapshot` is NULL when not), store the events, notify listeners with the batch itself as
-# stored (server/events/carry.py), or a pointer if it would not fit.
-_APPEND = f"""
-WITH moved AS ({_MOVE}), kept AS (
+# nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
+# be (`snapshot` is NULL when not), store the events, notify listeners with the batch itself
+# as stored (server/events/carry.py), or a pointer if it would not fit.
+def _append_sql(moved: str, result: str) -> str:
+    return f"""
+WITH moved AS ({moved}), kept AS (
     INSERT INTO run_snapshots (run_id, seq, snapshot)
     SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
     {_KEPT}
@@ -99,8 +100,30 @@ WITH moved AS ({_MOVE}), kept AS (
     UNION ALL
     SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
 )
-SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken
+{result}
 """
+
+
+_APPEND = _append_sql(
+    _MOVE, "SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken"
+)
+
+
+def creating_statement(insert: str) -> str:
+    """The statement that inserts a new run's row and appends its first events.
+
+    `insert` is an `INSERT INTO runs … RETURNING *` writing the row at the events' last seq
+    (`%(seq)s`) and status (`%(status)s`): no appender can come before the row exists, so
+    the insert takes the place of the head's conditional update, and the run's row has one
+    version where an insert and an update made two (docs/decisions/2011). The statement's
+    one row is the run's, with `carried`: the notification's text of the events, whether or
+    not it fit in the notification.
+    """
+    return _append_sql(
+        insert,
+        "SELECT moved.*, carried.payload AS carried, (SELECT count(*) FROM woken) AS woken"
+        " FROM moved, carried",
+    )
 
 
 async def store_batch(
@@ -121,6 +144,8 @@ async def store_batch(
         in_transaction: `conn` is in the caller's transaction even if its status says idle
             (a pipeline's implicit transaction, once its results were read).
     """
+    # In a pipeline, libpq says idle until the sync: the pipeline's transaction holds us.
+    in_transaction = in_transaction or conn.info.pipeline_status != PipelineStatus.OFF
     if len(stored) > STATEMENT_MAX:
         if in_transaction:
             raise ValueError(f"at most {STATEMENT_MAX} events go in the caller's pipeline")
@@ -155,27 +180,13 @@ async def _append_pipelined(
 ) -> bool:
     """Append a small batch and its hooks' rows in one transaction, in two round trips.
 
-    BEGIN and the append's statement go out together; only if it moved the run's head do the
-    hooks' statements and COMMIT follow, together. psycopg's `transaction()` would add a round
-    trip of its own at each end, so BEGIN and COMMIT are sent as statements. A rollback goes
-    through `conn.rollback()`: a ROLLBACK statement in a pipeline leaves psycopg's cache of
-    prepared statements out of step with the server's ("prepared statement does not exist").
+    BEGIN and the append's statement go out together; the hooks' statements, if it moved the
+    run's head, and COMMIT follow together. An append that did not move it wrote nothing.
     """
-    try:
-        async with conn.pipeline():
-            await conn.execute("BEGIN", prepare=False)
-            moved = await _append_statement(conn, params)
-            if moved:
-                await _store_hooked(conn, params["id"], hooked)
-                await conn.execute("COMMIT", prepare=False)
-        if not moved:
-            await conn.rollback()
-    except BaseException:
-        # A hook or statement failed before COMMIT: the open transaction must not outlive it.
-        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-            with contextlib.suppress(psycopg.Error):
-                await conn.rollback()
-        raise
+    async with pipelined_transaction(conn):
+        moved = await _append_statement(conn, params)
+        if moved:
+            await _store_hooked(conn, params["id"], hooked)
     return moved
 
 
@@ -191,7 +202,7 @@ async def _append_by_copy(
         if cur.rowcount != 1:
             return False
         if params["snapshot"] is not None:
-            await cur.execute(_KEEP, params)
+            await cur.execute(KEEP_SNAPSHOT, params)
         # The conditional update above both fences and serialises appenders, so the seq values
         # below are ours alone.
         async with cur.copy(

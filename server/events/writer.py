@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -332,8 +330,7 @@ class EventWriter:
         delay = 0.05
         while True:
             try:
-                with_rows = extra is not None or before is not None
-                async with self._pool.connection() as conn, _pipelined(conn, batch, with_rows):
+                async with self._pool.connection() as conn:
                     self.head, _ = await append_events(
                         conn,
                         self.run_id,
@@ -377,19 +374,6 @@ class EventWriter:
                         raise
                     return
             self._idle_if_empty()
-
-
-def _pipelined(
-    conn: Conn, batch: list[NewEvent], with_rows: bool
-) -> AbstractAsyncContextManager[Any]:
-    """Pipeline a small batch stored with rows of its own (a run's end with its message).
-
-    It is one transaction; pipelined, the statements whose results nobody reads go out with
-    the `COMMIT`. COPY (a large batch) cannot run in a pipeline.
-    """
-    if not with_rows or len(batch) >= STATEMENT_MAX:  # a plan update may join the batch
-        return contextlib.nullcontext()
-    return conn.pipeline()
 
 
 async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: int) -> bool:

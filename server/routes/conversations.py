@@ -199,13 +199,16 @@ async def post_message(
         if_busy=body.if_busy,
         idempotency=idempotency_key(key, body.model_dump(by_alias=True, mode="json")),
     )
-    accepted, replayed = await service.post_message(who, message)
-    replay = {"Idempotent-Replayed": "true"} if replayed else {}
+    accepted = await service.post_message(who, message)
+    replay = {"Idempotent-Replayed": "true"} if accepted.replayed else {}
     if stream:
-        run_id = accepted["runId"]
-        return EventStreamResponse(streams.open(run_id, 0), headers={"X-Run-Id": run_id, **replay})
+        run_id = accepted.answer["runId"]
+        return EventStreamResponse(
+            streams.open(run_id, 0, committed=accepted.created),
+            headers={"X-Run-Id": run_id, **replay},
+        )
     response.headers.update(replay)
-    return accepted
+    return accepted.answer
 
 
 @router.get("/{conversation_id}/runs", response_model=RunPage, responses=errors(404))

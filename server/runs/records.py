@@ -7,16 +7,17 @@ back a typed `Run`; every status filter is built from the sets in server/domain.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from psycopg import sql
+from psycopg import AsyncCursor, sql
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
 from server.auth import Principal
-from server.db.pool import Conn, Pool, retry_deadlocks
+from server.db.pool import Conn, Pool, pipelined_transaction, retry_deadlocks
 from server.domain import (
     ACTIVE,
     COUNTED,
@@ -38,11 +39,14 @@ from server.events.log import (
     SNAPSHOT_COLUMNS,
     NewEvent,
     RunHead,
+    append_creating,
     append_events,
     fold_tail,
     head_of,
     new_head,
+    started_by_claim,
 )
+from server.events.store import creating_statement
 from server.ids import new_id
 from server.lifecycle import audit
 from server.runs.conversations import get_conversation
@@ -99,8 +103,8 @@ async def create_run(
         conversation_id, content, model, options, if_busy, user_limit, model_source, agent, after_s
     )
 
-    async def insert(conn: Conn, _conversation: dict[str, Any]) -> Run:
-        return await _insert_run(conn, who, new)
+    async def insert(conn: Conn, _conversation: dict[str, Any]) -> Committed[Run]:
+        return (await _insert_run(conn, who, new)).run
 
     return await _in_locked_conversation(pool, who, conversation_id, insert)
 
@@ -110,6 +114,24 @@ async def create_run(
 RunBuilder = Callable[[Conn, dict[str, Any]], Awaitable[NewRun]]
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """A posted message as the API answers it.
+
+    Attributes:
+        answer: The API's answer (`accepted_view`).
+        replayed: It replays the answer to an earlier request with the same idempotency key
+            (then nothing was created).
+        created: The new run's first events as a notification carries them
+            (server/events/carry.py), committed: a stream can start with them without a read.
+            None for a replay.
+    """
+
+    answer: dict[str, Any]
+    replayed: bool
+    created: str | None
+
+
 async def accept_message(
     pool: Pool,
     who: Principal,
@@ -117,8 +139,8 @@ async def accept_message(
     build: RunBuilder,
     idempotency: IdempotencyKey | None = None,
     alongside: Callable[[Conn], Awaitable[None]] | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """Create the run of a posted message; return the API's answer and whether it is a replay.
+) -> Accepted:
+    """Create the run of a posted message; return the API's answer.
 
     With an idempotency key already used with the same body, nothing is created and the
     first answer is returned; the key is checked before the busy policy and the limits, so a
@@ -139,50 +161,115 @@ async def accept_message(
         IdempotencyKeyReusedError: the key was used with a different body.
     """
 
-    async def insert(conn: Conn, conversation: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    async def insert(conn: Conn, conversation: dict[str, Any]) -> Committed[Accepted]:
         if idempotency is not None:
             earlier = await find_response(conn, conversation_id, idempotency)
             if earlier is not None:
-                return earlier, True
+                return functools.partial(_ready, Accepted(earlier, True, None))
         new = await build(conn, conversation)
-        run = await _insert_run(conn, who, new)
-        response = accepted_view(run, new.model_source)
+        created = await _insert_run(conn, who, new)
+        answer = accepted_view(
+            created.run_id,
+            created.head.status,
+            new.conversation_id,
+            created.message_id,
+            new.model,
+            new.agent,
+            new.model_source,
+        )
         if idempotency is not None:
             await remember_response(
-                conn, who.tenant_id, conversation_id, idempotency, run.id, response
+                conn, who.tenant_id, conversation_id, idempotency, created.run_id, answer
             )
-        return response, False
+
+        async def committed() -> Accepted:
+            return Accepted(answer, False, (await created.row())["carried"])
+
+        return committed
 
     return await _in_locked_conversation(pool, who, conversation_id, insert, alongside)
+
+
+# What a transaction's body hands back: called once the transaction has committed, it reads
+# the results the body left unread (they came with the COMMIT's round trip).
+Committed = Callable[[], Awaitable[T]]
+
+
+async def _ready(value: T) -> T:
+    return value
 
 
 async def _in_locked_conversation(
     pool: Pool,
     who: Principal,
     conversation_id: str,
-    body: Callable[[Conn, dict[str, Any]], Awaitable[T]],
+    body: Callable[[Conn, dict[str, Any]], Awaitable[Committed[T]]],
     alongside: Callable[[Conn], Awaitable[None]] | None = None,
 ) -> T:
     """Run `body` in a transaction holding the conversation's row lock; retry on deadlock.
 
     `body` is given the conversation's row as locked. The conversation's lock is taken
-    before any run's: one lock order (docs/decisions/1020).
+    before any run's: one lock order (docs/decisions/1020). Pipelined: statements whose
+    results nobody reads before the end (the message's and the run's INSERTs) go out with
+    the `COMMIT`, in one round trip; `body`'s `Committed` reads them after it.
     """
 
     async def attempt() -> T:
-        # Pipelined: statements whose results nobody reads (the message's and the run's
-        # INSERTs) go out with the next one that is read, saving their round trips.
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            conversation = await get_conversation(
-                conn, who, conversation_id, lock=True, alongside=alongside
-            )
-            return await body(conn, conversation)
+        async with pool.connection() as conn:
+            async with pipelined_transaction(conn):
+                conversation = await get_conversation(
+                    conn, who, conversation_id, lock=True, alongside=alongside
+                )
+                committed = await body(conn, conversation)
+            return await committed()
 
     return await retry_deadlocks(attempt)
 
 
-async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
-    """Apply the busy policy and limits, then insert the message, the run and `run.created`."""
+# A new run's row, written at its first events' seq and status by the statement that appends
+# them (`creating_statement`).
+_CREATE = creating_statement("""
+INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options, input_message_id,
+    principal_roles, agent_name, agent_version, not_before, status, last_event_seq)
+VALUES (%(id)s, %(conversation_id)s, %(tenant_id)s, %(user_id)s, %(model)s, %(options)s,
+    %(input_message_id)s, %(principal_roles)s, %(agent_name)s, %(agent_version)s,
+    now() + make_interval(secs => %(after_s)s::float), %(status)s, %(seq)s)
+RETURNING *
+""")
+
+
+@dataclass(frozen=True)
+class Created:
+    """A run whose statements are sent in the caller's transaction, their results unread.
+
+    Attributes:
+        run_id: The run.
+        message_id: Its user message.
+        head: Its head after `run.created`.
+        cursor: The creating statement's; its row is read once the transaction committed.
+    """
+
+    run_id: str
+    message_id: str
+    head: RunHead
+    cursor: AsyncCursor[Any]
+
+    async def row(self) -> dict[str, Any]:
+        """The run's row as inserted, with `carried` (`creating_statement`)."""
+        row = await self.cursor.fetchone()
+        assert row is not None  # the statement inserts the row or fails
+        return dict(row)
+
+    async def run(self) -> Run:
+        """The run as inserted."""
+        return Run.from_row(await self.row())
+
+
+async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Created:
+    """Apply the busy policy and limits; send the message's, run's and first event's inserts.
+
+    The run and `run.created` go in one statement; no result is read here.
+    """
     message_id, run_id = new_id("msg"), new_id("run")
     await _apply_busy_policy(conn, who, new.conversation_id, new.if_busy)
     if new.user_limit is not None:
@@ -202,30 +289,20 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Run:
             "inputMessageId": message_id,
         },
     )
-    # Its row is read with the next round trip, the append's (the connection is pipelined).
-    inserted = await conn.execute(
-        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, options,"
-        " input_message_id, principal_roles, agent_name, agent_version, not_before)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-        " now() + make_interval(secs => %s::float)) RETURNING *",
-        (
-            run_id,
-            new.conversation_id,
-            who.tenant_id,
-            who.user_id,
-            new.model,
-            Jsonb(new.options),
-            message_id,
-            sorted(who.roles),
-            *new.agent,
-            new.after_s,
-        ),
-    )
-    head, _ = await append_events(conn, run_id, head=new_head(run_id), events=[created])
-    row = await inserted.fetchone()
-    assert row is not None
-    # What the append changed besides: updated_at is now() again, the same in one transaction.
-    return replace(Run.from_row(row), last_event_seq=head.seq)
+    values = {
+        "conversation_id": new.conversation_id,
+        "tenant_id": who.tenant_id,
+        "user_id": who.user_id,
+        "model": new.model,
+        "options": Jsonb(new.options),
+        "input_message_id": message_id,
+        "principal_roles": sorted(who.roles),
+        "agent_name": new.agent[0],
+        "agent_version": new.agent[1],
+        "after_s": new.after_s,
+    }
+    head, cursor = await append_creating(conn, run_id, [created], _CREATE, values)
+    return Created(run_id, message_id, head, cursor)
 
 
 async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, policy: str) -> None:
@@ -366,6 +443,7 @@ _CLAIMABLE = f"""
             AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
                  OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
 """
+_STARTS = "NOT runs.cancel_requested AND NOT runs.pause_requested"
 _USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int, %(user_max)s)"
 _CLAIM = f"""
 WITH user_active AS (
@@ -414,22 +492,44 @@ UPDATE runs SET
     deadline_at = COALESCE(runs.deadline_at, now() + make_interval(
         secs => COALESCE((runs.options ->> 'timeoutSeconds')::float, %(timeout)s))),
     attempt = runs.attempt + 1,
+    -- The run starts: its head moves over `run.started`, appended below (but for a run whose
+    -- cancel or pause was asked while it was queued: the worker appends that instead).
+    status = CASE WHEN {_STARTS} THEN '{RunStatus.RUNNING.value}' ELSE runs.status END,
+    last_event_seq = runs.last_event_seq + CASE WHEN {_STARTS} THEN 1 ELSE 0 END,
+    started_at = COALESCE(runs.started_at, CASE WHEN {_STARTS} THEN now() END),
     updated_at = now()
 FROM next WHERE runs.id = next.id
-RETURNING runs.*,
+RETURNING runs.*, {_STARTS} AS starts,
     (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
 """
-# One row either way: the claimed run (all NULL when none) with its stored snapshot, and
-# whether any other run is queued in the statement's snapshot (the run just claimed is still
-# queued there).
+# One row either way: the claimed run (all NULL when none) with its stored snapshot, its
+# `run.started` as stored, and whether any other run is queued in the statement's snapshot
+# (the run just claimed is still queued there). `run.started` is appended as any append does
+# (the event, the notification carrying it), in the claim's statement: one update of the run's
+# row and one round trip fewer (docs/decisions/2012). Its trace id is `hex_trace_id`'s.
 _CLAIM_REPORTING = f"""
-WITH claimed AS ({_CLAIM})
-SELECT claimed.*, {SNAPSHOT_COLUMNS}, EXISTS (
-    SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
-      AND q.id NOT IN (SELECT id FROM claimed)
-) AS backlog
+WITH claimed AS ({_CLAIM}), started AS (
+    INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
+    SELECT id, last_event_seq, '{EventType.RUN_STARTED.value}', now(), attempt,
+        jsonb_build_object('attempt', attempt, 'worker', %(owner)s, 'traceId',
+            left(encode(sha256(convert_to('trace:' || id, 'UTF8')), 'hex'), 32))
+    FROM claimed WHERE starts
+    RETURNING run_id, seq, type, ts, data::text AS data
+), woken AS (
+    SELECT pg_notify(%(events_channel)s, run_id || ':' || seq || E'\\n'
+        || to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || E'\\n'
+        || seq || ' ' || type || ' ' || data)
+    FROM started
+)
+SELECT claimed.*, {SNAPSHOT_COLUMNS}, started.ts AS started_ts, started.data AS started_data,
+    (SELECT count(*) FROM woken) AS woken,
+    EXISTS (
+        SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
+          AND q.id NOT IN (SELECT id FROM claimed)
+    ) AS backlog
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 LEFT JOIN run_snapshots s ON s.run_id = claimed.id
+LEFT JOIN started ON true
 """
 
 
@@ -485,8 +585,11 @@ async def claim_reporting_backlog(
     if row["id"] is None:
         return None, row["backlog"]
     run = Run.from_row(row)
-    # The stored snapshot lags only behind a worker that lost the run (docs/decisions/2010).
-    head = await fold_tail(conn, head_of(run.id, row))
+    if row["started_data"] is None:  # a cancel or pause asked for: not started
+        # The stored snapshot lags only behind a worker that lost the run (docs/decisions/2010).
+        head = await fold_tail(conn, head_of(run.id, row))
+    else:
+        head = await started_by_claim(conn, row, row["started_ts"], row["started_data"])
     return Claim(run, head, row["input_content"]), row["backlog"]
 
 

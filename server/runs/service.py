@@ -19,7 +19,7 @@ from server.observability.traces import load_trace
 from server.observability.tracing import Tracing
 from server.runs.approvals import decide
 from server.runs.idempotency import IdempotencyKey
-from server.runs.records import NewRun, accept_message, get_run, request_cancel
+from server.runs.records import Accepted, NewRun, accept_message, get_run, request_cancel
 from server.runs.toolbox import principal_toolbox
 from server.settings import Settings
 from server.subagents.traces import with_children
@@ -56,14 +56,12 @@ class RunService:
     metrics: Metrics
     tracing: Tracing
 
-    async def post_message(
-        self, who: Principal, message: NewMessage
-    ) -> tuple[dict[str, Any], bool]:
+    async def post_message(self, who: Principal, message: NewMessage) -> Accepted:
         """Store a user message and queue a run for it, under the caller's limits.
 
         Returns:
-            The API's answer, and whether it replays the answer to an earlier request with
-            the same idempotency key (then nothing was created).
+            The API's answer, whether it replays an earlier request's with the same
+            idempotency key (then nothing was created), and the new run's first events.
 
         Raises:
             ConversationNotFoundError: no such conversation for the caller's tenant.
@@ -117,12 +115,12 @@ class RunService:
                 agent=(agent.name, agent.version),
             )
 
-        accepted, replayed = await accept_message(
+        accepted = await accept_message(
             self.pool, who, message.conversation_id, build, message.idempotency, guess
         )
-        if not replayed:
+        if not accepted.replayed:
             self.metrics.events_written.inc()  # run.created
-        return accepted, replayed
+        return accepted
 
     async def cancel(self, who: Principal, run_id: str) -> Run:
         """Cancel the run: at once if queued or waiting, else at the worker's next safe point.

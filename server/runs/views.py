@@ -70,16 +70,24 @@ def run_view(run: Run) -> dict[str, Any]:
     }
 
 
-def accepted_view(run: Run, model_source: str | None) -> dict[str, Any]:
+def accepted_view(
+    run_id: str,
+    status: str,
+    conversation_id: str,
+    message_id: str,
+    model: str,
+    agent: tuple[str, int],
+    model_source: str | None,
+) -> dict[str, Any]:
     """Render the answer to a posted message from its new run."""
     return {
-        "runId": run.id,
-        "status": run.status.value,
-        "conversationId": run.conversation_id,
-        "messageId": run.input_message_id,
-        "model": run.model,
+        "runId": run_id,
+        "status": status,
+        "conversationId": conversation_id,
+        "messageId": message_id,
+        "model": model,
         "modelSource": model_source,
-        "agent": {"name": run.agent_name, "version": run.agent_version},
-        "streamUrl": f"/api/runs/{run.id}/events",
-        "snapshotUrl": f"/api/runs/{run.id}/snapshot",
+        "agent": {"name": agent[0], "version": agent[1]},
+        "streamUrl": f"/api/runs/{run_id}/events",
+        "snapshotUrl": f"/api/runs/{run_id}/snapshot",
     }

@@ -1,7 +1,7 @@
 """The worker: claim queued runs from Postgres, hold their leases, execute, recover, drain.
 
 Claiming bumps the run's lease generation (the fencing token every later write is checked
-against) in the same transaction that stores `run.started`. Claims are serialised by a
+against) in the statement that stores `run.started`. Claims are serialised by a
 transaction-level advisory lock, so per-user and per-tenant limits hold exactly across any
 number of worker processes.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -21,14 +20,13 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
-from server.db.pool import Pool
+from server.db.pool import Pool, pipelined_transaction
 from server.domain import FailureReason
 from server.errors import RunFinishedError
-from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
+from server.events.channels import CANCEL_CHANNEL, EVENTS_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
 from server.events.log import NewEvent, append_events
 from server.events.notify import Notifier
 from server.ids import new_id
-from server.observability.tracing import hex_trace_id
 from server.runs.approvals import expire_due
 from server.runs.attempt import ExecutorDeps, RunHandle
 from server.runs.executor import execute_run
@@ -52,6 +50,7 @@ def claim_params(settings: Settings, owner: str) -> dict[str, Any]:
     """Parameters of the claim query for these settings."""
     return {
         "owner": owner,
+        "events_channel": EVENTS_CHANNEL,
         "lease": settings.lease_seconds,
         "timeout": settings.run_timeout_s,
         "user_max": settings.user_max_active_runs,
@@ -195,8 +194,9 @@ class Worker:
     async def claim_one(self) -> bool:
         """Claim the next claimable run and start it; return False when there was none."""
         seen = self._queued_seen
-        # Pipelined: BEGIN and the claim lock go out with the claim statement.
-        async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        # Pipelined: BEGIN and the claim lock go out with the claim statement, which also
+        # appends `run.started`; COMMIT goes alone.
+        async with self._pool.connection() as conn, pipelined_transaction(conn):
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
             claim, backlog = await claim_reporting_backlog(conn, self._claim_params)
             # A run queued while the claim ran may be missing from its snapshot.
@@ -226,15 +226,8 @@ class Worker:
                 )
                 self.deps.metrics.events_written.inc()
                 return True
-            started = NewEvent(
-                EventType.RUN_STARTED,
-                {"attempt": run.attempt, "worker": self.owner, "traceId": hex_trace_id(run.id)},
-            )
-            head, _ = await append_events(
-                conn, run.id, [started], generation=generation, head=claim.head
-            )
-        self.deps.metrics.events_written.inc()
-        self._start(dataclasses.replace(claim, head=head))
+        self.deps.metrics.events_written.inc()  # run.started, stored by the claim
+        self._start(claim)
         return True
 
     def _start(self, claim: Claim) -> None:

@@ -23,11 +23,20 @@ from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError
 from server.events.carry import carried, last_seq, run_of, stamp
 from server.events.channels import EVENTS_CHANNEL
-from server.events.log import NewEvent, RunHead, StoreHook, append_events, load_head
+from server.events.log import (
+    NewEvent,
+    RunHead,
+    StoreHook,
+    append_events,
+    load_head,
+    read_events,
+)
 from server.events.notify import Notifier
-from server.events.sse import Feeds, event_stream
+from server.events.sse import Feeds, event_stream, frame
+from server.runs.conversations import create_conversation
+from server.runs.records import NewRun, accept_message
 from server.usage.ledger import MODEL_CALLS
-from tests.integration.test_eventlog import claim, new_run
+from tests.integration.test_eventlog import WHO, claim, new_run
 from tests.integration.test_store_hooks import ledger_rows, usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -407,3 +416,38 @@ async def test_a_stream_of_a_run_just_created_starts_from_its_notification_witho
     assert tail.text.startswith("id: 1\nevent: run.created\n")
     assert tail.text == await replay(pool, notifier, run_id, 0)
     assert (feeds.stream_reads, feeds.reads, feeds.carried) == (0, 0, 2)
+
+
+async def test_a_stream_starts_with_the_batch_its_creator_committed(
+    pool: Pool, notifier: Notifier
+) -> None:
+    """The POST that streams its new run sends `run.created` as the request stored it: no
+    read of the log, and no wait for the notification, which may not have arrived yet."""
+    conv = await create_conversation(pool, WHO, None, None, {})
+
+    async def build(_conn: Conn, _conversation: dict[str, Any]) -> NewRun:
+        return NewRun(conv["id"], "hello", "demo", {})
+
+    accepted = await accept_message(pool, WHO, conv["id"], build)
+    run_id = accepted.answer["runId"]
+    async with pool.connection() as conn:
+        expected = "".join(frame(*row) for row in await read_events(conn, run_id, 0, 10))
+
+    async def first_text(committed: str | None) -> tuple[str, int]:
+        feeds = Feeds(pool)  # takes no notification: a read, or the committed batch
+        stream = event_stream(
+            pool,
+            notifier,
+            feeds,
+            run_id,
+            0,
+            heartbeat_s=HEARTBEAT_S,
+            page=1000,
+            committed=committed,
+        )
+        text = await anext(stream)
+        await stream.aclose()
+        return text, feeds.stream_reads
+
+    assert await first_text(accepted.created) == (expected, 0)
+    assert await first_text(None) == (expected, 1)

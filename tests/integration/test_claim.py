@@ -5,14 +5,19 @@ A module of its own, so the run it creates is the only one in its database.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from psycopg import AsyncConnection
 
 from server.auth import Principal
 from server.db.pool import Pool
+from server.events.carry import carried, run_of
+from server.events.channels import EVENTS_CHANNEL
+from server.events.log import load_head, read_events
+from server.observability.tracing import hex_trace_id
 from server.runs.conversations import create_conversation
-from server.runs.records import Claim, claim_next, claim_reporting_backlog, create_run
+from server.runs.records import Claim, claim_next, claim_reporting_backlog, create_run, get_run
 from server.runs.worker import _CLAIM_LOCK, claim_params
 from server.settings import Settings
 
@@ -31,7 +36,9 @@ async def test_a_claim_leases_the_run_and_carries_its_input_message(
     assert claim.input == "what time is it?"
     assert claim.run.lease_owner == "test-worker"
     assert (claim.run.attempt, claim.run.lease_generation) == (1, 1)
-    assert (claim.head.seq, claim.head.generation) == (created.last_event_seq, 1)
+    # The claim appended `run.started`: the head is after it.
+    assert (claim.head.seq, claim.head.generation) == (created.last_event_seq + 1, 1)
+    assert (claim.head.status, claim.run.status) == ("running", "running")
     assert claim.run.deadline_at is not None
 
 
@@ -48,8 +55,7 @@ async def test_a_claim_says_whether_another_run_is_still_queued(
     await create_run(pool, WHO, first["id"], "two, behind one", "demo", {})
     async with pool.connection() as conn, conn.transaction():
         claim, backlog = await claim_reporting_backlog(conn, params)
-        assert claim is not None  # its worker then stores run.started:
-        await conn.execute("UPDATE runs SET status = 'running' WHERE id = %s", (claim.run.id,))
+        assert claim is not None  # and started: no longer queued
     assert claim.input == "one"
     assert backlog, "the run behind it in its conversation is still queued"
     async with pool.connection() as conn, conn.transaction():
@@ -98,10 +104,7 @@ async def _claim_on(conn: AsyncConnection[Any], params: dict[str, Any]) -> Claim
     """One claim as the worker makes it: its own transaction, under the claim lock."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
-        claim = await claim_next(conn, params)
-        if claim is not None:  # its worker then stores run.started:
-            await conn.execute("UPDATE runs SET status = 'running' WHERE id = %s", (claim.run.id,))
-        return claim
+        return await claim_next(conn, params)
 
 
 async def test_a_worker_plans_its_claim_once_per_connection(pool: Pool, settings: Settings) -> None:
@@ -156,3 +159,61 @@ async def test_the_claim_holds_quotes_in_its_values_as_literals(
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT status FROM runs WHERE id = %s", (held_back.id,))
         assert await cur.fetchone() == {"status": "queued"}
+
+
+async def test_the_claim_stores_run_started_as_its_append_would(
+    pool: Pool, settings: Settings, database_url: str
+) -> None:
+    """The event, the row's head, status and start time, and a notification carrying the
+    event byte for byte as a replay reads it."""
+    async with pool.connection() as conn:
+        # Earlier tests' runs hold leases for this user: end them all.
+        await conn.execute("UPDATE runs SET status = 'completed', lease_owner = NULL")
+    conv = await create_conversation(pool, WHO, None, None, {})
+    created = await create_run(pool, WHO, conv["id"], "start me", "demo", {})
+    async with await AsyncConnection.connect(database_url, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+        async with pool.connection() as conn, conn.transaction():
+            claim = await claim_next(conn, claim_params(settings, "test-worker"))
+        assert claim is not None and claim.run.id == created.id
+        payloads = [
+            n.payload
+            async for n in listener.notifies(timeout=30, stop_after=1)
+            if run_of(n.payload) == created.id
+        ]
+    async with pool.connection() as conn:
+        events = await read_events(conn, created.id, 0, 10)
+        head = await load_head(conn, created.id, lock=False)
+        run = await get_run(conn, WHO, created.id)
+    assert [kind for _, kind, _ in events] == ["run.created", "run.started"]
+    assert json.loads(events[1][2])["data"] == {
+        "attempt": 1,
+        "worker": "test-worker",
+        "traceId": hex_trace_id(created.id),
+    }
+    batch = carried(payloads[0])
+    assert batch is not None and batch.events == events[1:]
+    assert (head.seq, head.status, head.attempt) == (2, "running", 1)
+    assert head.snapshot == claim.head.snapshot
+    assert (claim.head.seq, claim.head.snapshot_seq) == (2, 1)  # held: stored when released
+    assert (run.last_event_seq, run.status) == (2, "running")
+    assert run.started_at is not None
+
+
+async def test_a_run_asked_to_cancel_while_queued_is_claimed_but_not_started(
+    pool: Pool, settings: Settings
+) -> None:
+    """Its worker appends `run.cancelled` in the claim's transaction instead."""
+    async with pool.connection() as conn:
+        # Earlier tests' runs hold leases for this user: end them all.
+        await conn.execute("UPDATE runs SET status = 'completed', lease_owner = NULL")
+    conv = await create_conversation(pool, WHO, None, None, {})
+    created = await create_run(pool, WHO, conv["id"], "never mind", "demo", {})
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE runs SET cancel_requested = true WHERE id = %s", (created.id,))
+        async with conn.transaction():
+            claim = await claim_next(conn, claim_params(settings, "test-worker"))
+        assert claim is not None and claim.run.cancel_requested
+        assert (claim.head.seq, claim.head.status) == (1, "queued")
+        events = await read_events(conn, created.id, 0, 10)
+    assert [kind for _, kind, _ in events] == ["run.created"]

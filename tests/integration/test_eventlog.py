@@ -6,13 +6,24 @@ import asyncio
 import json
 from typing import Any
 
+import psycopg
 import pytest
 
+from graphs.events import EventType
 from server.auth import Principal
-from server.db.pool import Conn, Pool
+from server.db.pool import Conn, Pool, connection_kwargs, pipelined_transaction
 from server.errors import IllegalTransitionError, LeaseLostError, RunFinishedError
-from server.events.log import LAG_MAX, NewEvent, append_events, load_head, read_events
+from server.events.carry import carried
+from server.events.log import (
+    LAG_MAX,
+    NewEvent,
+    append_creating,
+    append_events,
+    load_head,
+    read_events,
+)
 from server.events.snapshot import apply_event, empty_snapshot
+from server.events.store import creating_statement
 from server.events.writer import EventWriter
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run
@@ -236,3 +247,42 @@ async def test_a_held_runs_stored_snapshot_lags_at_most_lag_max_events(pool: Poo
         assert row is not None
         assert row[1] == fold_of(run_id, [e for e in events if e[0] <= row[0]])
     assert len(stored_at) >= 3  # created, then at least twice while held
+
+
+async def test_a_new_run_is_one_row_version_written_with_its_first_event(
+    pool: Pool, database_url: str
+) -> None:
+    """The run's insert takes the place of the head's update: no second version of the row."""
+    conv = await create_conversation(pool, WHO, None, None, {})
+    run_id = "run_created_in_one_statement"
+    statement = creating_statement(
+        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id,"
+        " status, last_event_seq) VALUES (%(id)s, %(conv)s, %(tenant)s, %(user)s, 'demo',"
+        " 'msg_of_' || %(id)s, %(status)s, %(seq)s) RETURNING *"
+    )
+    created = NewEvent(EventType.RUN_CREATED, {"conversationId": conv["id"], "model": "demo"})
+    values = {"conv": conv["id"], "tenant": WHO.tenant_id, "user": WHO.user_id}
+    # A connection of its own: a backend's statistics of earlier transactions may still be
+    # pending, and `pg_stat_xact_user_tables` counts them too.
+    async with await psycopg.AsyncConnection.connect(database_url, **connection_kwargs()) as conn:
+        async with pipelined_transaction(conn):
+            await conn.execute(
+                "INSERT INTO messages (id, conversation_id, tenant_id, user_id, run_id, role,"
+                " content) VALUES ('msg_of_' || %s, %s, %s, %s, %s, 'user', 'hi')",
+                (run_id, conv["id"], WHO.tenant_id, WHO.user_id, run_id),
+            )
+            head, cursor = await append_creating(conn, run_id, [created], statement, values)
+            cur = await conn.execute(
+                "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'runs'"
+            )
+            assert await cur.fetchone() == {"n_tup_ins": 1, "n_tup_upd": 0}
+        row = await cursor.fetchone()
+        assert row is not None
+        assert (row["last_event_seq"], row["status"]) == (1, "queued")
+        assert (head.seq, head.snapshot_seq, head.status) == (1, 1, "queued")
+        # What a stream may start with is what a replay reads, byte for byte.
+        batch = carried(row["carried"])
+        assert batch is not None
+        assert batch.events == await read_events(conn, run_id, 0, 10)
+        assert await stored_snapshot(conn, run_id) == (1, head.snapshot)
+        assert (await load_head(conn, run_id, lock=False)).snapshot == head.snapshot
