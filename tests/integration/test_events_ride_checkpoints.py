@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from graphs.events import EventType
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, FencedPostgresSaver
-from server.db.pool import Pool
+from server.db.pool import Pool, retry_deadlocks
 from server.errors import LeaseLostError
 from server.events.log import RunHead, load_head
 from server.events.writer import EventWriter
@@ -256,9 +256,14 @@ async def test_a_checkpoint_write_whose_events_are_refused_is_stored_without_the
         assert len(await _checkpoint_txs(pool, conv)) == 1
         assert await _log(pool, head.run_id) == []
     finally:
-        async with pool.connection() as conn:
-            await conn.execute("DROP TRIGGER refuse_reports ON run_events")
-            await conn.execute("DROP FUNCTION refuse_reports()")
+        # The writer retries its refused events meanwhile: its insert takes the partitions'
+        # locks in the other order than the DROP, and Postgres may abort the DROP.
+        async def unrefuse() -> None:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("DROP TRIGGER refuse_reports ON run_events")
+                await conn.execute("DROP FUNCTION refuse_reports()")
+
+        await retry_deadlocks(unrefuse)
     try:
         await writer.flush()  # the events went back to the writer, which stores them once
         assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, BUILT)]
