@@ -223,12 +223,13 @@ async def append_events(
     extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
     hooks: Sequence[StoreHook] = (),
     before: Callable[[Conn], Awaitable[None]] | None = None,
-    pipelined: bool = False,
 ) -> tuple[RunHead, list[StoredEvent]]:
     """Append `events` to the run's log atomically and return the new head.
 
     Args:
-        conn: A connection from the pool (autocommit), or one inside the caller's transaction.
+        conn: A connection from the pool (autocommit), or one inside the caller's transaction
+            (a pipelined one's included, such as a checkpoint write's: the append opens no
+            transaction there, and carries at most `STATEMENT_MAX` events).
         run_id: The run.
         events: Events in order.
         generation: The caller's lease generation (fencing token); None for callers that act
@@ -241,9 +242,6 @@ async def append_events(
         hooks: Write rows derived from events of their types in the same transaction.
         before: Runs in the same transaction before the run's row is locked or updated, for
             rows that need no head: the row is then held for less time.
-        pipelined: `conn` is in the implicit transaction of the caller's pipeline (a
-            checkpoint write): the append adds its statements there, and opens no
-            transaction of its own. Only with `head`, for at most `STATEMENT_MAX` events.
 
     Raises:
         LeaseLostError: `generation` is no longer the run's lease generation.
@@ -251,7 +249,7 @@ async def append_events(
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
     if head is not None and extra is None and before is None:
-        return await _append(conn, head, events, generation, hooks, pipelined)
+        return await _append(conn, head, events, generation, hooks)
     async with _transaction(conn, events):
         if before is not None:
             await before(conn)
@@ -290,7 +288,6 @@ async def _append(
     events: list[NewEvent],
     generation: int | None,
     hooks: Sequence[StoreHook],
-    pipelined: bool = False,
 ) -> tuple[RunHead, list[StoredEvent]]:
     after_end = is_terminal(head.status)
     # Only unleased writers (the memory jobs) add to a finished run, and only what may follow.
@@ -306,7 +303,7 @@ async def _append(
     # Events that hooks write rows for are stored in one transaction with those rows.
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
-    if not await store_batch(conn, params, stored, hooked, in_transaction=pipelined):
+    if not await store_batch(conn, params, stored, hooked):
         raise LeaseLostError(f"run {head.run_id}: appended to by someone else")
     return new, stored
 

@@ -131,28 +131,26 @@ async def store_batch(
     params: dict[str, Any],
     stored: list[StoredEvent],
     hooked: list[tuple[StoreHook, list[StoredEvent]]],
-    *,
-    in_transaction: bool = False,
 ) -> bool:
     """Store a folded batch by the cheapest path; return False if the run's head had moved.
 
     Args:
-        conn: A connection from the pool (autocommit), or one inside the caller's transaction.
+        conn: A connection from the pool (autocommit), or one inside the caller's transaction
+            (a pipelined one's included: its explicit transaction, or the implicit one up to
+            the pipeline's sync, such as a checkpoint write's).
         params: The statements' parameters (`server/events/log.py` `_params`).
         stored: The batch's events with their seq values.
         hooked: Each store hook with the batch's events it writes rows for.
-        in_transaction: `conn` is in the caller's transaction even if its status says idle
-            (a pipeline's implicit transaction, once its results were read).
     """
     # In a pipeline, libpq says idle until the sync: the pipeline's transaction holds us.
-    in_transaction = in_transaction or conn.info.pipeline_status != PipelineStatus.OFF
+    pipelined = conn.info.pipeline_status != PipelineStatus.OFF
     if len(stored) > STATEMENT_MAX:
-        if in_transaction:
+        if pipelined:
             raise ValueError(f"at most {STATEMENT_MAX} events go in the caller's pipeline")
         return await _append_by_copy(conn, params, stored, hooked)
     if not hooked:
         return await _append_statement(conn, params)
-    if not in_transaction and conn.info.transaction_status == TransactionStatus.IDLE:
+    if not pipelined and conn.info.transaction_status == TransactionStatus.IDLE:
         return await _append_pipelined(conn, params, hooked)
     # In the caller's transaction, which a lost fence rolls back whole.
     moved = await _append_statement(conn, params)

@@ -212,7 +212,6 @@ class EventWriter:
                 generation=head.generation,
                 head=head,
                 hooks=self._hooks,
-                pipelined=True,
             )
         except (psycopg.Error, asyncio.CancelledError):
             self._land(head, batch, None, failed=True)
