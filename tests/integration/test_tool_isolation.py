@@ -113,11 +113,13 @@ async def test_a_synchronous_tool_runs_off_the_event_loop() -> None:
     ticker = Ticker()
     ticks = asyncio.create_task(ticker.run())
     try:
-        result = await call(nap, {"seconds": 2.0})
+        result = await call(nap, {"seconds": 4.0})
     finally:
         ticks.cancel()
     assert result.output == "rested"
-    assert ticker.longest_gap < 1.0, ticker.longest_gap
+    # On the loop, the nap would stop the ticks for 4 s; off it, a loaded two-core machine
+    # still delays a tick now and then (a CI run saw 1.1 s).
+    assert ticker.longest_gap < 2.0, ticker.longest_gap
 
 
 def test_a_cpu_heavy_tool_must_be_defined_at_module_level() -> None:
