@@ -78,6 +78,19 @@ async def status_becomes(client: LangGraphClient, thread_id: str, run_id: str, w
             await asyncio.sleep(0.05)
 
 
+async def model_called(fake: FakeOpenAI, model: str, times: int) -> None:
+    """Wait until the fake has received `times` requests for `model`.
+
+    A run is `running` from its claim, before its graph has checkpointed the input; the
+    model's request shows that the input is in the thread's state.
+    """
+    async with asyncio.timeout(SLOW_S):
+        while True:
+            if len(fake.served_for(model)) >= times:
+                return
+            await asyncio.sleep(0.05)
+
+
 def texts(values: dict[str, Any]) -> list[str]:
     return [m["content"] for m in values["messages"]]
 
@@ -227,6 +240,7 @@ async def test_double_texting_strategies(
     context = {"model": model}
     first = await client.runs.create(tid, "tool_agent", input=ask("one"), context=context)
     await status_becomes(client, tid, first["run_id"], "running")
+    await model_called(fake, model, 1)
     second = await client.runs.create(
         tid, "tool_agent", input=ask("two"), context=context, multitask_strategy=strategy
     )
@@ -254,6 +268,7 @@ async def test_cancel_with_each_action(
     await client.runs.wait(tid, "tool_agent", input=ask("one"), context=context)
     run = await client.runs.create(tid, "tool_agent", input=ask("two"), context=context)
     await status_becomes(client, tid, run["run_id"], "running")
+    await model_called(fake, model, 2)  # cancelled mid-call: the input "two" is kept
     await client.runs.cancel(tid, run["run_id"], wait=True, action=action)
     assert (await client.runs.get(tid, run["run_id"]))["status"] == "interrupted"
     values = (await client.threads.get_state(tid))["values"]
