@@ -212,7 +212,11 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
         # implicit transaction, so the fence, the writes and the rider's writes commit (or
         # fail) together, and the fence's lock is held until then.
+        # The rider reads nothing either: its statements' errors, like the writes', arrive
+        # at the sync.
         landing: Landing | None = None
+        boarding = False
+        conn: AsyncConnection[DictRow] | None = None
         try:
             async with (
                 _ainternal.get_connection(self.conn) as conn,
@@ -222,21 +226,23 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 await cur.execute("SELECT agentrt_fence(%s, %s)", (run_id, generation))
                 yield cur
                 if fence.rider is not None:
-                    try:
-                        landing = await fence.rider.board(conn)
-                    except psycopg.Error as exc:
-                        # Its events are back with the rider. An ERROR (not FATAL: the session
-                        # lives) that is not the fence's may be theirs: retry without them.
-                        if (
-                            exc.diag.severity_nonlocalized == "ERROR"
-                            and exc.sqlstate != FENCE_SQLSTATE
-                            and not conn.broken
-                        ):
-                            fence.rider_refused = True
-                        raise
+                    boarding = True  # a rider that raises may have sent some of its writes
+                    landing = await fence.rider.board(conn)
+                    boarding = landing is not None
         except BaseException as exc:
             if landing is not None:
                 landing(exc)
+            # Its events are back with the rider. An ERROR (not FATAL: the session lives) that
+            # is not the fence's may be theirs: the write goes again without them.
+            if (
+                boarding
+                and isinstance(exc, psycopg.Error)
+                and exc.diag.severity_nonlocalized == "ERROR"
+                and exc.sqlstate != FENCE_SQLSTATE
+                and conn is not None
+                and not conn.broken
+            ):
+                fence.rider_refused = True
             if isinstance(exc, psycopg.Error) and exc.sqlstate == FENCE_SQLSTATE:
                 raise LeaseLostError(
                     f"run {run_id}: checkpoint refused, lease generation {generation} superseded"

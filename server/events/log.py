@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import AsyncCursor
+from psycopg import AsyncCursor, Error
 from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
@@ -42,6 +42,7 @@ from server.events.store import (
     STATEMENT_MAX,
     StoredEvent,
     StoreHook,
+    not_appended,
     store_batch,
 )
 
@@ -244,22 +245,32 @@ async def append_events(
             rows that need no head: the row is then held for less time.
 
     Raises:
-        LeaseLostError: `generation` is no longer the run's lease generation.
+        LeaseLostError: `generation` is no longer the run's lease generation, or someone else
+            appended after `head`. On a connection the caller pipelined, the latter is known
+            only at the caller's sync: it raises there, as a psycopg error that `not_appended`
+            recognises, and the caller's transaction rolls back.
         RunFinishedError: the run is already terminal.
         IllegalTransitionError: an event would move the status along a forbidden edge.
     """
     if head is not None and extra is None and before is None:
         return await _append(conn, head, events, generation, hooks)
-    async with _transaction(conn, events):
-        if before is not None:
-            await before(conn)
-        if head is None:
-            head = await load_head(conn, run_id, lock=True)
-            if generation is not None and head.generation != generation:
-                raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
-        new_head, stored = await _append(conn, head, events, generation, hooks)
-        if extra is not None:
-            await extra(conn, new_head)
+    try:
+        async with _transaction(conn, events):
+            if before is not None:
+                await before(conn)
+            if head is None:
+                head = await load_head(conn, run_id, lock=True)
+                if generation is not None and head.generation != generation:
+                    raise LeaseLostError(f"run {run_id}: lease generation {generation} superseded")
+            # Pipelined, nothing here is read: `extra`'s rows go out with the append and the
+            # COMMIT, in one round trip, and roll back with an append that moved no head.
+            new_head, stored = await _append(conn, head, events, generation, hooks)
+            if extra is not None:
+                await extra(conn, new_head)
+    except Error as exc:
+        if not_appended(exc):
+            raise LeaseLostError(f"run {run_id}: appended to by someone else") from exc
+        raise
     return new_head, stored
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg import AsyncCursor
+from psycopg import AsyncCursor, Error
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from graphs.events import EventType
@@ -22,6 +22,13 @@ from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 
 # Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
 STATEMENT_MAX = 64
+# Raised by an append sent unread that moved no run head (`agentrt_appended`, migration 0038).
+NOT_APPENDED_SQLSTATE = "AR002"
+
+
+def not_appended(exc: BaseException) -> bool:
+    """Say whether `exc` is an unread append's refusal: the run's head was not the appender's."""
+    return isinstance(exc, Error) and exc.sqlstate == NOT_APPENDED_SQLSTATE
 
 
 @dataclass
@@ -107,6 +114,12 @@ WITH moved AS ({moved}), kept AS (
 _APPEND = _append_sql(
     _MOVE, "SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken"
 )
+# The same, for a caller that does not read the result: an append that moved no head raises
+# (`NOT_APPENDED_SQLSTATE`), and the caller's transaction rolls back whole.
+_APPEND_UNREAD = _append_sql(
+    _MOVE,
+    "SELECT agentrt_appended((SELECT count(*) FROM moved), %(id)s, (SELECT count(*) FROM woken))",
+)
 
 
 def creating_statement(insert: str) -> str:
@@ -134,6 +147,10 @@ async def store_batch(
 ) -> bool:
     """Store a folded batch by the cheapest path; return False if the run's head had moved.
 
+    On a pipelined connection nothing is read, so nothing waits for a round trip of its own
+    and True is returned: an append that did not move the head raises at the caller's sync
+    instead (`not_appended`), rolling back the caller's transaction with it.
+
     Args:
         conn: A connection from the pool (autocommit), or one inside the caller's transaction
             (a pipelined one's included: its explicit transaction, or the implicit one up to
@@ -148,9 +165,12 @@ async def store_batch(
         if pipelined:
             raise ValueError(f"at most {STATEMENT_MAX} events go in the caller's pipeline")
         return await _append_by_copy(conn, params, stored, hooked)
+    if pipelined:
+        await _send_unread(conn, params, hooked)
+        return True
     if not hooked:
         return await _append_statement(conn, params)
-    if not pipelined and conn.info.transaction_status == TransactionStatus.IDLE:
+    if conn.info.transaction_status == TransactionStatus.IDLE:
         return await _append_pipelined(conn, params, hooked)
     # In the caller's transaction, which a lost fence rolls back whole.
     moved = await _append_statement(conn, params)
@@ -173,19 +193,35 @@ async def _store_hooked(
             await hook.store(cur, run_id, found)
 
 
+async def _send_unread(
+    conn: Conn, params: dict[str, Any], hooked: list[tuple[StoreHook, list[StoredEvent]]]
+) -> None:
+    """Send the append and its hooks' rows into the pipeline's transaction, reading nothing.
+
+    The hooks' rows go out whether or not the head moves: if it does not, the append raises
+    and the transaction, the rows included, rolls back.
+    """
+    await conn.execute(_APPEND_UNREAD, params)
+    if hooked:
+        await _store_hooked(conn, params["id"], hooked)
+
+
 async def _append_pipelined(
     conn: Conn, params: dict[str, Any], hooked: list[tuple[StoreHook, list[StoredEvent]]]
 ) -> bool:
-    """Append a small batch and its hooks' rows in one transaction, in two round trips.
+    """Append a small batch and its hooks' rows in one transaction, in one round trip.
 
-    BEGIN and the append's statement go out together; the hooks' statements, if it moved the
-    run's head, and COMMIT follow together. An append that did not move it wrote nothing.
+    BEGIN, the append, the hooks' statements and COMMIT go out together. An append that did
+    not move the run's head raises there, and nothing is stored.
     """
-    async with pipelined_transaction(conn):
-        moved = await _append_statement(conn, params)
-        if moved:
-            await _store_hooked(conn, params["id"], hooked)
-    return moved
+    try:
+        async with pipelined_transaction(conn):
+            await _send_unread(conn, params, hooked)
+    except Error as exc:
+        if not_appended(exc):
+            return False
+        raise
+    return True
 
 
 async def _append_by_copy(

@@ -15,16 +15,18 @@ import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.rows import dict_row
 
 from graphs.events import EventType
 from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, FencedPostgresSaver
 from server.db.pool import Pool, retry_deadlocks
 from server.errors import LeaseLostError
-from server.events.log import RunHead, load_head
+from server.events.log import NewEvent, RunHead, append_events, load_head
 from server.events.writer import EventWriter
 from server.process import setup_checkpointer
 from server.skills.usage import SKILL_LOADS
 from tests.integration.test_eventlog import claim, new_run
+from tests.integration.test_pipelined_transaction import traced
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -305,5 +307,47 @@ async def test_the_first_piece_after_a_quiet_spell_is_stored_at_once(pool: Pool)
             return len(await _log(pool, head.run_id)) == 1
 
         await _until(stored)
+    finally:
+        await writer.close()
+
+
+async def test_a_checkpoint_write_with_the_runs_events_waits_on_one_round_trip(
+    pool: Pool,
+) -> None:
+    """Nothing of the write is read before its sync, the rider's append included."""
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600, hooks=[SKILL_LOADS])
+    try:
+        writer.emit(BUILT, {"name": "a", "version": 1, "hash": "h1"})
+        async with await psycopg.AsyncConnection.connect(
+            pool.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        ) as conn:
+            saver = FencedPostgresSaver(conn)
+            sent = await traced(conn, lambda: _put(saver, _config(conv, head, writer)))
+        assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, BUILT)]
+        # Before the one Sync, no Flush: no result was waited for.
+        assert sent.count("Sync") == 1, sent
+        assert "Flush" not in sent[: sent.index("Sync")], sent
+    finally:
+        await writer.close()
+
+
+async def test_a_checkpoint_write_whose_events_lost_the_race_for_the_log_is_stored_alone(
+    pool: Pool,
+) -> None:
+    """Someone appended after the writer's head: the rider's append raises at the sync."""
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    try:
+        writer.emit(BUILT, {"n": 1})
+        async with pool.connection() as conn:  # under the same lease, behind the writer's back
+            await append_events(conn, head.run_id, [NewEvent(NOTE)], generation=head.generation)
+        await _put(saver, _config(conv, head, writer))
+        assert len(await _checkpoint_txs(pool, conv)) == 1
+        assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, NOTE)]
+        with pytest.raises(LeaseLostError):  # the writer finds the log moved, and stops
+            await writer.flush()
+        assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, NOTE)]
     finally:
         await writer.close()

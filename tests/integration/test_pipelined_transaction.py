@@ -9,17 +9,19 @@ connection idle, and an append that needs a transaction of its own stays in the 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from psycopg import pq
+from psycopg import AsyncCursor, pq
 from psycopg.pq import TransactionStatus
 
 from graphs.events import EventType
 from server.db.pool import Conn, Pool, pipelined_transaction
-from server.events.log import NewEvent, append_events, load_head
+from server.errors import LeaseLostError
+from server.events.log import NewEvent, StoredEvent, StoreHook, append_events, load_head
 from tests.integration.test_eventlog import claim, new_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -155,3 +157,49 @@ async def test_an_append_with_rows_of_its_own_stays_in_the_blocks_transaction(
         after = await load_head(conn, run_id, lock=False)
     assert after.seq == before.seq
     assert await stored(pool) == []
+
+
+async def test_an_append_and_its_rows_go_with_the_commit_and_roll_back_if_it_moved_no_head(
+    pool: Pool, table: str
+) -> None:
+    """Nothing of the append is read before the COMMIT; an append behind someone else's
+    raises at the sync, and `extra`'s rows are not stored."""
+    run_id = await new_run(pool)
+    generation = await claim(pool, run_id)
+
+    async def extra(conn: Conn, _head: object) -> None:
+        await conn.execute("INSERT INTO pt_rows VALUES (8)")
+
+    note = [NewEvent(EventType.TOOL_STARTED, {"toolCallId": "c1", "name": "t"})]
+    async with pool.connection() as conn:
+        head = await load_head(conn, run_id, lock=False)
+
+        async def block() -> None:
+            await append_events(conn, run_id, note, generation=generation, head=head, extra=extra)
+
+        sent = await traced(conn, block)
+        assert sent.count("Sync") == 1, sent
+        assert "Flush" not in sent[: sent.index("Sync")], sent
+        assert await stored(pool) == [8]
+        assert (await load_head(conn, run_id, lock=False)).seq == head.seq + 1
+
+        # `head` is stale now: the same append is refused at the sync, and stores nothing.
+        with pytest.raises(LeaseLostError, match="appended to by someone else"):
+            await append_events(conn, run_id, note, generation=generation, head=head, extra=extra)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        assert (await load_head(conn, run_id, lock=False)).seq == head.seq + 1
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM pt_rows")
+        # A batch with hooked rows takes the same single round trip, and the same refusal.
+        with pytest.raises(LeaseLostError, match="appended to by someone else"):
+            await append_events(
+                conn, run_id, note, generation=generation, head=head, hooks=[ROWS_HOOK]
+            )
+    assert await stored(pool) == []
+
+
+async def _store_rows(cur: AsyncCursor[Any], _run_id: str, events: Sequence[StoredEvent]) -> None:
+    await cur.executemany("INSERT INTO pt_rows VALUES (%s)", [(e.seq,) for e in events])
+
+
+ROWS_HOOK = StoreHook(frozenset({EventType.TOOL_STARTED}), _store_rows)
