@@ -27,6 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import psycopg
 
+from server import loops
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,9 +39,15 @@ def machine() -> str:
         f"{p} {metadata.version(p)}"
         for p in ("langgraph", "langgraph-checkpoint-postgres", "psycopg", "fastapi", "uvicorn")
     )
+    loop = "event loop: asyncio"
+    if loops.resolve_loop("auto") == "uvloop":  # and uvicorn's httptools parser, beside it
+        loop = (
+            f"event loop: uvloop {metadata.version('uvloop')} (HTTP: httptools "
+            f"{metadata.version('httptools')}) in every process, the engine's included"
+        )
     return (
         f"{os.cpu_count()} cores, {mem:.0f} GiB, {platform.machine()}, "
-        f"Python {platform.python_version()}, {versions}"
+        f"Python {platform.python_version()}, {versions}; {loop}"
     )
 
 
@@ -339,10 +347,14 @@ async def http(url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def run_async(coro: Any, limit_s: float = 900) -> Any:
-    """Run a coroutine with a hard ceiling so that no benchmark hangs."""
+    """Run a coroutine with a hard ceiling so that no benchmark hangs.
+
+    On the event loop agentrt's processes run on (server/loops.py), so that the engine
+    measured here in-process has the same loop as the servers it is compared with.
+    """
 
     async def bounded() -> Any:
         async with asyncio.timeout(limit_s):
             return await coro
 
-    return asyncio.run(bounded())
+    return loops.run(bounded(), "auto")

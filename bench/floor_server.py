@@ -32,6 +32,7 @@ from starlette.routing import Route
 from bench.engine import engine
 from bench.floor_log import CREATED, TERMINAL, Pool, durable_run, event_pool
 from bench.floor_worker import EVENTS_CHANNEL, accept, create_schema
+from server import loops
 from server.ids import new_id
 
 FAILED = b"event: run.failed\ndata: {}\n\n"
@@ -194,9 +195,12 @@ def main() -> None:
     parser.add_argument("--queued", action="store_true", help="rung L3: runs go to a worker")
     args = parser.parse_args()
     build = build_queued_app if args.queued else build_app
-    # The same server settings as `agentrt serve`: uvicorn's defaults, no logging config.
+    # The same server settings as `agentrt serve`: uvicorn's defaults (uvloop and httptools
+    # when installed, as they are with agentrt), no logging config.
     config = uvicorn.Config(
         build(args.database_url),
+        loop=loops.resolve_loop("auto"),
+        http=loops.http_parser(),
         host="127.0.0.1",
         port=args.port,
         log_config=None,

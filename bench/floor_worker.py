@@ -50,6 +50,7 @@ from psycopg.rows import DictRow, dict_row
 from bench.engine import Engine, engine
 from bench.floor_log import CREATED, TERMINAL, Pool, Writer, encode, event_pool
 from graphs.context import RunContext
+from server import loops
 from server.events.projection import STREAM_MODES
 
 QUEUED_CHANNEL = "floor_runs"
@@ -339,7 +340,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
-    asyncio.run(serve(args.database_url, args.concurrency))
+    loops.run(serve(args.database_url, args.concurrency), "auto")
 
 
 if __name__ == "__main__":

@@ -107,13 +107,20 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.loops import http_parser, resolve_loop
     from server.serving import DrainingServer
 
+    loop = resolve_loop(settings.event_loop)
     app = create_app(settings, models=models, tools=tools)
-    print(f"agentrt: starting on http://{host}:{port} (model {settings.default_model})")
+    print(
+        f"agentrt: starting on http://{host}:{port} (model {settings.default_model}, "
+        f"event loop {loop})"
+    )
     print(f"  try:  {_try_command(host, port)}", flush=True)
     config = uvicorn.Config(
         app,
+        loop=loop,
+        http=http_parser(),
         log_config=None,
         timeout_graceful_shutdown=5,
         timeout_keep_alive=settings.http_keep_alive_s,
@@ -322,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return cmd_serve(settings, args)
+        from server.loops import run
+
         handlers = {"keys": cmd_keys, "db": cmd_db, "worker": cmd_worker}
-        return asyncio.run(handlers[args.command](settings, args))
+        return run(handlers[args.command](settings, args), settings.event_loop)
     except StartupError as exc:
         print(f"agentrt: cannot start: {exc}", file=sys.stderr)
         return 2

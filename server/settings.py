@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     # of any load balancer or client pool in front (60 s is common): a server that closes
     # first races the client's next request on that connection, which then fails.
     http_keep_alive_s: int = Field(default=75, ge=1)
+    # The processes' event loop (server/loops.py): "auto" is uvloop where it is installed.
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
 
     # Unprefixed on purpose: DATABASE_URL is what every hosting platform sets.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")

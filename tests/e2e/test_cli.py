@@ -178,6 +178,7 @@ async def test_the_banner_try_command_works_on_the_port_in_use(
     process = await serve(env, 0).start(limit_s=120)
     try:
         start = next(line for line in process.output if "starting on" in line)
+        assert start.endswith("event loop uvloop)"), start  # installed with agentrt
         port = start.split("http://127.0.0.1:")[1].split()[0]
         command = next(line for line in process.output if "try:" in line).split("try:")[1]
         argv = shlex.split(command)

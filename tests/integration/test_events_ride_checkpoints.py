@@ -315,6 +315,7 @@ async def test_a_checkpoint_write_with_the_runs_events_waits_on_one_round_trip(
     pool: Pool,
 ) -> None:
     """Nothing of the write is read before its sync, the rider's append included."""
+    await setup_checkpointer(pool)  # the checkpoint tables, for the bare saver below
     conv, head = await _claimed(pool)
     writer = EventWriter(pool, head, linger_s=600, hooks=[SKILL_LOADS])
     try:
