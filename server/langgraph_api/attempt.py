@@ -29,6 +29,14 @@ from server.langgraph_api.usage import UsageCallbackHandler
 from server.runs.attempt import Attempt, GraphInput
 from server.usage.budgets import run_budget
 
+# The bound on `ts` lets Postgres skip the daily partitions from before the run.
+_STORED_VALUES = """
+SELECT data -> 'data' AS data FROM run_events
+WHERE run_id = %(run)s AND type = %(type)s AND data ->> 'mode' = 'values' AND data ->> 'ns' = ''
+  AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
+ORDER BY seq DESC LIMIT 1
+"""
+
 
 class GraphAttempt(Attempt):
     """An attempt whose graph and input are those of a LangGraph API run."""
@@ -48,14 +56,22 @@ class GraphAttempt(Attempt):
         thread["configurable"].pop("checkpoint_id", None)
         latest = await graph.aget_state(thread)
         graph_input: GraphInput
-        # Resuming streams the checkpoint's values again; the log has them from before the crash.
+        parts = StreamParts(
+            params.get("stream_mode") or ["values"], bool(params.get("stream_subgraphs"))
+        )
+        # Resuming streams the checkpoint's values again: stored only when the log lacks them.
         replayed: Any = None
         if (latest.metadata or {}).get("run_id") == self.run.id:
-            # An earlier attempt of this run checkpointed: continue from there.
+            # An earlier attempt of this run checkpointed: continue from there. LangGraph hands
+            # a step's values to the stream after writing its checkpoint, so that attempt may
+            # have died with the checkpoint stored and its values part not.
+            replayed = await self._stored_values()
             if latest.interrupts or (not latest.next and not latest.tasks):
+                if to_json(latest.values) != replayed:
+                    for data in parts.payloads((), "values", latest.values):
+                        self.emit(EventType.GRAPH_CHUNK, data)
                 return latest.interrupts
             graph_input, config = None, {**config, "configurable": thread["configurable"]}
-            replayed = to_json(latest.values)
         else:
             # `rollback`: the runs it interrupted (all finished by now) leave no checkpoint.
             await delete_run_checkpoints(
@@ -63,9 +79,6 @@ class GraphAttempt(Attempt):
             )
             graph_input = self._input(params)
         context: Any = params.get("context")
-        parts = StreamParts(
-            params.get("stream_mode") or ["values"], bool(params.get("stream_subgraphs"))
-        )
         modes: set[Any] = parts.astream_modes
         if entry.own:
             agent, overlay = await asyncio.gather(
@@ -100,6 +113,15 @@ class GraphAttempt(Attempt):
         if interrupts:
             self.emit(EventType.GRAPH_INTERRUPTED, {"interrupts": to_json(list(interrupts))})
         return ()
+
+    async def _stored_values(self) -> Any:
+        """Return the data of the last root `values` part this run stored, None if none."""
+        async with self.deps.pool.connection() as conn:
+            cur = await conn.execute(
+                _STORED_VALUES, {"run": self.run.id, "type": EventType.GRAPH_CHUNK.value}
+            )
+            row = await cur.fetchone()
+        return None if row is None else row["data"]
 
     def _usage_handler(self) -> UsageCallbackHandler:
         budget = run_budget(self.run.options, self.deps.settings)

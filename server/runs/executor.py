@@ -45,7 +45,12 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     run, head = claim.run, claim.head
     handle = handle or RunHandle()
     writer = EventWriter(
-        deps.pool, head, on_stored=deps.metrics.events_written.inc, hooks=[MODEL_CALLS, SKILL_LOADS]
+        deps.pool,
+        head,
+        on_stored=deps.metrics.events_written.inc,
+        hooks=[MODEL_CALLS, SKILL_LOADS],
+        linger_s=deps.settings.event_linger_s,
+        pace_s=deps.settings.event_pace_s,
     )
 
     def emit(kind: EventType, data: Mapping[str, Any] | None = None) -> None:

@@ -82,14 +82,25 @@ def _owns(worker: WorkerProcess, record: dict[str, Any]) -> bool:
     return f":{worker.proc.pid}:" in (record.get("leaseOwner") or "")
 
 
-def worker_env_for(database_url: str, fake: FakeOpenAI) -> dict[str, str]:
-    env = worker_env(database_url, langgraph_config=str(ROOT / "langgraph.json"), **WORKER_SETTINGS)
+def worker_env_for(database_url: str, fake: FakeOpenAI, **settings: Any) -> dict[str, str]:
+    env = worker_env(
+        database_url,
+        langgraph_config=str(ROOT / "langgraph.json"),
+        **{**WORKER_SETTINGS, **settings},
+    )
     env.update(OPENAI_BASE_URL=f"{fake.url}/v1", OPENAI_API_KEY="test-key")
     return env
 
 
+# LangGraph hands a step's `values` part to the stream after the step's checkpoint is written,
+# so a worker can die with the checkpoint stored and the part not. With the default pace that
+# window is a few milliseconds; with a long one the part waits for the next checkpoint write,
+# which the killed worker never makes.
+@pytest.mark.parametrize(
+    "pace_s", [None, 600.0], ids=["default-pace", "last-values-part-not-stored"]
+)
 async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_stream(
-    url: str, fake: FakeOpenAI, database_url: str
+    url: str, fake: FakeOpenAI, database_url: str, pace_s: float | None
 ) -> None:
     graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
     expected = await in_process(fake, graph_input)
@@ -97,8 +108,9 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     # The killed worker's model call never answers; its successor gets the answer.
     fake.script(MODEL, CALL, Reply(text="never", delay_s=60), ANSWER)
     client = get_client(url=url)
+    env = worker_env_for(database_url, fake, **({} if pace_s is None else {"event_pace_s": pace_s}))
     async with (
-        workers(worker_env_for(database_url, fake), 2) as (a, b),
+        workers(env, 2) as (a, b),
         httpx.AsyncClient(base_url=url, timeout=30) as http,
     ):
         tid = (await client.threads.create())["thread_id"]
