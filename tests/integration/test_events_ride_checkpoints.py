@@ -9,6 +9,8 @@ most once per pace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -41,6 +43,20 @@ async def _claimed(pool: Pool) -> tuple[str, RunHead]:
     await claim(pool, run_id)
     async with pool.connection() as conn:
         return f"thread-{run_id}", await load_head(conn, run_id, lock=False)
+
+
+@contextlib.asynccontextmanager
+async def _riding(
+    pool: Pool,
+) -> AsyncIterator[tuple[FencedPostgresSaver, str, RunHead, EventWriter]]:
+    """A claimed run's saver, thread, head, and a writer whose reports wait for a checkpoint."""
+    saver = await setup_checkpointer(pool)
+    conv, head = await _claimed(pool)
+    writer = EventWriter(pool, head, linger_s=600)
+    try:
+        yield saver, conv, head, writer
+    finally:
+        await writer.close()
 
 
 def _config(conv: str, head: RunHead, writer: EventWriter | None) -> RunnableConfig:
@@ -181,10 +197,7 @@ async def test_a_flush_during_the_runs_last_event_returns_once_it_is_stored(pool
 
 
 async def test_a_refused_checkpoint_write_stores_none_of_the_queued_events(pool: Pool) -> None:
-    saver = await setup_checkpointer(pool)
-    conv, head = await _claimed(pool)
-    writer = EventWriter(pool, head, linger_s=600)
-    try:
+    async with _riding(pool) as (saver, conv, head, writer):
         writer.emit(BUILT, {"n": 1})
         async with pool.connection() as conn:  # another worker takes the run over
             await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (head.run_id,))
@@ -194,17 +207,12 @@ async def test_a_refused_checkpoint_write_stores_none_of_the_queued_events(pool:
             await writer.flush()
         assert await _log(pool, head.run_id) == []
         assert await _checkpoint_txs(pool, conv) == set()
-    finally:
-        await writer.close()
 
 
 async def test_events_of_a_checkpoint_write_broken_off_midway_are_stored_once_by_the_writer(
     pool: Pool,
 ) -> None:
-    saver = await setup_checkpointer(pool)
-    conv, head = await _claimed(pool)
-    writer = EventWriter(pool, head, linger_s=600)
-    try:
+    async with _riding(pool) as (saver, conv, head, writer):
         writer.emit(BUILT, {"n": 1})
         writer.emit(BUILT, {"n": 2})
         async with pool.connection() as locker, locker.transaction():
@@ -229,8 +237,6 @@ async def test_events_of_a_checkpoint_write_broken_off_midway_are_stored_once_by
         assert [(seq, kind) for seq, kind, _ in log] == [(3, BUILT), (4, BUILT)]
         assert await _checkpoint_txs(pool, conv) == set()
         assert writer.head.seq == 4
-    finally:
-        await writer.close()
 
 
 async def test_a_checkpoint_write_whose_events_are_refused_is_stored_without_them(
@@ -337,10 +343,7 @@ async def test_a_checkpoint_write_whose_events_lost_the_race_for_the_log_is_stor
     pool: Pool,
 ) -> None:
     """Someone appended after the writer's head: the rider's append raises at the sync."""
-    saver = await setup_checkpointer(pool)
-    conv, head = await _claimed(pool)
-    writer = EventWriter(pool, head, linger_s=600)
-    try:
+    async with _riding(pool) as (saver, conv, head, writer):
         writer.emit(BUILT, {"n": 1})
         async with pool.connection() as conn:  # under the same lease, behind the writer's back
             await append_events(conn, head.run_id, [NewEvent(NOTE)], generation=head.generation)
@@ -350,5 +353,3 @@ async def test_a_checkpoint_write_whose_events_lost_the_race_for_the_log_is_stor
         with pytest.raises(LeaseLostError):  # the writer finds the log moved, and stops
             await writer.flush()
         assert [(seq, kind) for seq, kind, _ in await _log(pool, head.run_id)] == [(3, NOTE)]
-    finally:
-        await writer.close()

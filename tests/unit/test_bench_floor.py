@@ -103,6 +103,12 @@ def test_a_first_event_within_the_target_at_the_floors_leaves_the_miss_to_agentr
     assert "| L4 agentrt (n=5) | 12.0 ms | 12.0 ms | 4.8x of 2.5 ms |" in "\n".join(tables(s))
 
 
+def test_a_first_event_within_the_target_at_agentrt_too_is_said_to_meet_it() -> None:
+    first = verdicts(with_first_events(0.0015, 0.0016, 0.004))[-1]
+    assert "agentrt (L4): 4.0 ms, which meets the target;" in first
+    assert "what agentrt misses" not in first
+
+
 def test_a_first_event_beyond_the_target_at_the_floor_names_the_guarantee() -> None:
     first = verdicts(with_first_events(0.007, 0.008, 0.012))[-1]
     assert "the floor itself misses the target" in first
