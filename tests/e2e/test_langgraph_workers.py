@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_sdk import get_client
@@ -130,6 +131,63 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     assert parts[0].event == "metadata"
     served = [(x.reply.text, len(x.body["messages"])) for x in fake.served_for(MODEL)]
     assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected), served
+    assert events.count("event: run.started") == 2 and "lease expired" in events
+
+
+# Holds the first attempt's `run.completed` inside Postgres, after the graph's last checkpoint
+# is stored: the worker is killed there, with the last `values` part still unstored.
+_HOLD_THE_END = """
+CREATE FUNCTION hold_the_end() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(600); RETURN NEW; END $$;
+CREATE TRIGGER hold_the_end BEFORE INSERT ON run_events FOR EACH ROW
+    WHEN (NEW.type = 'run.completed' AND NEW.attempt = 1) EXECUTE FUNCTION hold_the_end();
+"""
+_RELEASE_THE_END = """
+DROP TRIGGER IF EXISTS hold_the_end ON run_events; DROP FUNCTION IF EXISTS hold_the_end();
+"""
+
+
+async def test_kill_9_after_the_last_checkpoint_streams_the_final_values_once(
+    url: str, fake: FakeOpenAI, database_url: str
+) -> None:
+    graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
+    expected = await in_process(fake, graph_input)
+    fake.reset()
+    fake.script(MODEL, CALL, ANSWER)  # the graph runs to its end once: no model call after
+    client = get_client(url=url)
+    env = worker_env_for(database_url, fake, event_pace_s=600.0)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+        await admin.execute(_HOLD_THE_END)
+        try:
+            async with (
+                workers(env, 2) as (a, b),
+                httpx.AsyncClient(base_url=url, timeout=30) as http,
+            ):
+                tid = (await client.threads.create())["thread_id"]
+                run = await client.runs.create(
+                    tid,
+                    "tool_agent",
+                    input=graph_input,
+                    stream_mode=MODES,
+                    context={"model": MODEL},
+                )
+                held = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                async with asyncio.timeout(SLOW_S):
+                    while not (pids := await (await admin.execute(held)).fetchall()):  # noqa: ASYNC110 (another process)
+                        await asyncio.sleep(0.05)
+                record = (await http.get(f"/api/runs/{run['run_id']}")).json()
+                (a if _owns(a, record) else b).signal(signal.SIGKILL)
+                for (pid,) in pids:  # its transaction, the end with the last part, rolls back
+                    await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                values = await client.runs.join(tid, run["run_id"])
+                parts = [p async for p in client.runs.join_stream(tid, run["run_id"])]
+                events = (await http.get(f"/api/runs/{run['run_id']}/events")).text
+        finally:
+            await admin.execute(_RELEASE_THE_END)
+    assert values["messages"][-1]["content"] == "Sunny in Oslo: walk to dinner."
+    assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
+    assert len(fake.served_for(MODEL)) == 2  # the successor ran no step again
+    assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected)
     assert events.count("event: run.started") == 2 and "lease expired" in events
 
 
