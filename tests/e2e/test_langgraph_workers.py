@@ -171,7 +171,10 @@ async def test_kill_9_after_the_last_checkpoint_streams_the_final_values_once(
                     stream_mode=MODES,
                     context={"model": MODEL},
                 )
-                held = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                held = (
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE wait_event = 'PgSleep' AND datname = current_database()"
+                )
                 async with asyncio.timeout(SLOW_S):
                     while not (pids := await (await admin.execute(held)).fetchall()):  # noqa: ASYNC110 (another process)
                         await asyncio.sleep(0.05)
