@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -29,13 +30,66 @@ from server.langgraph_api.usage import UsageCallbackHandler
 from server.runs.attempt import Attempt, GraphInput
 from server.usage.budgets import run_budget
 
-# The bound on `ts` lets Postgres skip the daily partitions from before the run.
-_STORED_VALUES = """
-SELECT data -> 'data' AS data FROM run_events
-WHERE run_id = %(run)s AND type = %(type)s AND data ->> 'mode' = 'values' AND data ->> 'ns' = ''
+# What a resumed attempt must not store twice: the last root `values` part this run stored,
+# and the checkpoint id of its last root `checkpoints` part and `debug` checkpoint part. The
+# bound on `ts` lets Postgres skip the daily partitions from before the run.
+_LAST_PART = """
+SELECT {pick} FROM run_events
+WHERE run_id = %(run)s AND type = %(type)s AND data ->> 'ns' = '' AND {which}
   AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
 ORDER BY seq DESC LIMIT 1
 """
+_STORED = (
+    "SELECT ("
+    + _LAST_PART.format(pick="data -> 'data'", which="data ->> 'mode' = 'values'")
+    + ") AS values_data, ("
+    + _LAST_PART.format(
+        pick="data -> 'data' -> 'config' -> 'configurable' ->> 'checkpoint_id'",
+        which="data ->> 'mode' = 'checkpoints'",
+    )
+    + ") AS checkpoint_id, ("
+    + _LAST_PART.format(
+        pick="data -> 'data' -> 'payload' -> 'config' -> 'configurable' ->> 'checkpoint_id'",
+        which="data ->> 'mode' = 'debug' AND data -> 'data' ->> 'type' = 'checkpoint'",
+    )
+    + ") AS debug_checkpoint_id"
+)
+
+
+@dataclass
+class _Stored:
+    """The parts of a resumed run's log that LangGraph streams again on resume.
+
+    LangGraph hands a step's `values` part to the stream after writing the step's checkpoint,
+    and its `checkpoints` part (with its `debug` form) when it starts the next step; on resume
+    it streams both again for the checkpoint it resumes from. The predecessor may have died
+    before storing them, or after: each is stored again only if the log does not end with it.
+    """
+
+    values: Any = None
+    checkpoint_id: str | None = None
+    debug_checkpoint_id: str | None = None
+
+    def stored(self, mode: str, chunk: Any) -> bool:
+        """Whether a root part is the stored one again; each is matched at most once."""
+        if mode == "values" and self.values is not None:
+            seen, self.values = self.values, None
+            return bool(to_json(chunk) == seen)
+        if mode == "checkpoints" and self.checkpoint_id is not None:
+            seen_id, self.checkpoint_id = self.checkpoint_id, None
+            return _checkpoint_id(chunk) == seen_id
+        if mode == "debug" and isinstance(chunk, dict) and chunk.get("type") == "checkpoint":
+            debug_id, self.debug_checkpoint_id = self.debug_checkpoint_id, None
+            return debug_id is not None and _checkpoint_id(chunk.get("payload")) == debug_id
+        return False
+
+
+def _checkpoint_id(payload: Any) -> str | None:
+    """The checkpoint id of a `checkpoints` part's payload."""
+    if not isinstance(payload, dict):
+        return None
+    found = ((payload.get("config") or {}).get("configurable") or {}).get("checkpoint_id")
+    return str(found) if found is not None else None
 
 
 class GraphAttempt(Attempt):
@@ -59,15 +113,13 @@ class GraphAttempt(Attempt):
         parts = StreamParts(
             params.get("stream_mode") or ["values"], bool(params.get("stream_subgraphs"))
         )
-        # Resuming streams the checkpoint's values again: stored only when the log lacks them.
-        replayed: Any = None
+        # Resuming streams the checkpoint's parts again: stored only when the log lacks them.
+        replayed = _Stored()
         if (latest.metadata or {}).get("run_id") == self.run.id:
-            # An earlier attempt of this run checkpointed: continue from there. LangGraph hands
-            # a step's values to the stream after writing its checkpoint, so that attempt may
-            # have died with the checkpoint stored and its values part not.
-            replayed = await self._stored_values()
+            # An earlier attempt of this run checkpointed: continue from there.
+            replayed = await self._stored()
             if latest.interrupts or (not latest.next and not latest.tasks):
-                if to_json(latest.values) != replayed:
+                if not replayed.stored("values", latest.values):
                     for data in parts.payloads((), "values", latest.values):
                         self.emit(EventType.GRAPH_CHUNK, data)
                 return latest.interrupts
@@ -103,10 +155,8 @@ class GraphAttempt(Attempt):
         async for ns, mode, chunk in stream:
             if entry.own and not ns:
                 self.projector.handle(mode, chunk)
-            if mode == "values" and not ns and replayed is not None:
-                seen, replayed = replayed, None
-                if to_json(chunk) == seen:
-                    continue
+            if not ns and replayed.stored(mode, chunk):
+                continue
             for data in parts.payloads(ns, mode, chunk):
                 self.emit(EventType.GRAPH_CHUNK, data)
         interrupts = (await graph.aget_state(thread)).interrupts
@@ -114,14 +164,15 @@ class GraphAttempt(Attempt):
             self.emit(EventType.GRAPH_INTERRUPTED, {"interrupts": to_json(list(interrupts))})
         return ()
 
-    async def _stored_values(self) -> Any:
-        """Return the data of the last root `values` part this run stored, None if none."""
+    async def _stored(self) -> _Stored:
+        """Return what this run's log ends with, of the parts LangGraph streams on resume."""
         async with self.deps.pool.connection() as conn:
             cur = await conn.execute(
-                _STORED_VALUES, {"run": self.run.id, "type": EventType.GRAPH_CHUNK.value}
+                _STORED, {"run": self.run.id, "type": EventType.GRAPH_CHUNK.value}
             )
             row = await cur.fetchone()
-        return None if row is None else row["data"]
+        assert row is not None  # one row, of NULLs where none was stored
+        return _Stored(row["values_data"], row["checkpoint_id"], row["debug_checkpoint_id"])
 
     def _usage_handler(self) -> UsageCallbackHandler:
         budget = run_budget(self.run.options, self.deps.settings)

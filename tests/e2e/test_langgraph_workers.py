@@ -134,6 +134,74 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     assert events.count("event: run.started") == 2 and "lease expired" in events
 
 
+CHECKPOINT_MODES = ["values", "checkpoints", "debug"]
+
+
+def _shape(mode: str, data: Any) -> tuple[Any, ...] | None:
+    """What must match between two streams of one graph: ids and times differ."""
+    if mode == "values":
+        return (mode, len(data["messages"]))
+    if mode == "checkpoints":
+        return (mode, data["metadata"]["step"], tuple(data["next"]))
+    if mode == "debug" and data["type"] == "checkpoint":
+        return (mode, data["step"], tuple(data["payload"]["next"]))
+    return None  # a task's debug part: a task run again after a crash is streamed again
+
+
+async def test_kill_9_mid_run_streams_each_checkpoint_part_once(
+    url: str, fake: FakeOpenAI, database_url: str
+) -> None:
+    """The part of the checkpoint resumed from is stored before the crash, and streamed again."""
+    graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
+    from examples.tool_agent.graph import builder
+
+    fake.script(MODEL, CALL, ANSWER)
+    local = builder.compile(checkpointer=InMemorySaver())
+    expected = [
+        _shape(mode, to_json(chunk))
+        async for mode, chunk in local.astream(
+            graph_input,
+            {"configurable": {"thread_id": "local"}},
+            stream_mode=CHECKPOINT_MODES,
+            context={"model": MODEL},
+        )
+    ]
+    fake.reset()
+    fake.script(MODEL, CALL, Reply(text="never", delay_s=60), ANSWER)
+    client = get_client(url=url)
+    stored = (
+        "SELECT count(*) FROM run_events WHERE run_id = %s AND type = 'graph.chunk'"
+        " AND data ->> 'mode' = 'checkpoints' AND data -> 'data' -> 'next' = '[\"agent\"]'"
+    )
+    async with (
+        workers(worker_env_for(database_url, fake), 2) as (a, b),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db,
+    ):
+        tid = (await client.threads.create())["thread_id"]
+        run = await client.runs.create(
+            tid,
+            "tool_agent",
+            input=graph_input,
+            stream_mode=CHECKPOINT_MODES,
+            context={"model": MODEL},
+        )
+        # Killed once the second model call is made and the part of the checkpoint it
+        # resumes from (after the tool, next: agent) is stored.
+        async with asyncio.timeout(SLOW_S):
+            while len(fake.served_for(MODEL)) < 2 or (  # noqa: ASYNC110 (another process)
+                await (await db.execute(stored, (run["run_id"],))).fetchone()
+            ) != (2,):
+                await asyncio.sleep(0.05)
+        record = (await http.get(f"/api/runs/{run['run_id']}")).json()
+        (a if _owns(a, record) else b).signal(signal.SIGKILL)
+        await client.runs.join(tid, run["run_id"])
+        parts = [p async for p in client.runs.join_stream(tid, run["run_id"])]
+    assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
+    got = [_shape(p.event, p.data) for p in parts[1:]]
+    assert [x for x in got if x] == [x for x in expected if x]
+
+
 # Holds the first attempt's `run.completed` inside Postgres, after the graph's last checkpoint
 # is stored: the worker is killed there, with the last `values` part still unstored.
 _HOLD_THE_END = """
