@@ -93,6 +93,15 @@ def worker_env_for(database_url: str, fake: FakeOpenAI, **settings: Any) -> dict
     return env
 
 
+async def _start(client: Any, graph_input: Any, modes: list[str]) -> tuple[str, Any]:
+    """A thread, and a run of the tool agent on it streaming `modes`."""
+    tid = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(
+        tid, "tool_agent", input=graph_input, stream_mode=modes, context={"model": MODEL}
+    )
+    return tid, run
+
+
 # LangGraph hands a step's `values` part to the stream after the step's checkpoint is written,
 # so a worker can die with the checkpoint stored and the part not. With the default pace that
 # window is a few milliseconds; with a long one the part waits for the next checkpoint write,
@@ -114,10 +123,7 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
         workers(env, 2) as (a, b),
         httpx.AsyncClient(base_url=url, timeout=30) as http,
     ):
-        tid = (await client.threads.create())["thread_id"]
-        run = await client.runs.create(
-            tid, "tool_agent", input=graph_input, stream_mode=MODES, context={"model": MODEL}
-        )
+        tid, run = await _start(client, graph_input, MODES)
         async with asyncio.timeout(SLOW_S):
             while len(fake.served_for(MODEL)) < 2:  # noqa: ASYNC110 (served in another process)
                 await asyncio.sleep(0.05)
@@ -178,14 +184,7 @@ async def test_kill_9_mid_run_streams_each_checkpoint_part_once(
         httpx.AsyncClient(base_url=url, timeout=30) as http,
         await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db,
     ):
-        tid = (await client.threads.create())["thread_id"]
-        run = await client.runs.create(
-            tid,
-            "tool_agent",
-            input=graph_input,
-            stream_mode=CHECKPOINT_MODES,
-            context={"model": MODEL},
-        )
+        tid, run = await _start(client, graph_input, CHECKPOINT_MODES)
         # Killed once the second model call is made and the part of the checkpoint it
         # resumes from (after the tool, next: agent) is stored.
         async with asyncio.timeout(SLOW_S):
@@ -231,14 +230,7 @@ async def test_kill_9_after_the_last_checkpoint_streams_the_final_values_once(
                 workers(env, 2) as (a, b),
                 httpx.AsyncClient(base_url=url, timeout=30) as http,
             ):
-                tid = (await client.threads.create())["thread_id"]
-                run = await client.runs.create(
-                    tid,
-                    "tool_agent",
-                    input=graph_input,
-                    stream_mode=MODES,
-                    context={"model": MODEL},
-                )
+                tid, run = await _start(client, graph_input, MODES)
                 held = (
                     "SELECT pid FROM pg_stat_activity"
                     " WHERE wait_event = 'PgSleep' AND datname = current_database()"
