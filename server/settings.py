@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from server.loops import EventLoop
 from tools.config import ToolConfig
 
 
@@ -51,7 +52,7 @@ class Settings(BaseSettings):
     # first races the client's next request on that connection, which then fails.
     http_keep_alive_s: int = Field(default=75, ge=1)
     # The processes' event loop (server/loops.py): "auto" is uvloop where it is installed.
-    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    event_loop: EventLoop = "auto"
 
     # Unprefixed on purpose: DATABASE_URL is what every hosting platform sets.
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")

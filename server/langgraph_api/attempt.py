@@ -78,9 +78,14 @@ class _Stored:
         if mode == "checkpoints" and self.checkpoint_id is not None:
             seen_id, self.checkpoint_id = self.checkpoint_id, None
             return _checkpoint_id(chunk) == seen_id
-        if mode == "debug" and isinstance(chunk, dict) and chunk.get("type") == "checkpoint":
-            debug_id, self.debug_checkpoint_id = self.debug_checkpoint_id, None
-            return debug_id is not None and _checkpoint_id(chunk.get("payload")) == debug_id
+        if (
+            mode == "debug"
+            and self.debug_checkpoint_id is not None
+            and isinstance(chunk, dict)
+            and chunk.get("type") == "checkpoint"
+        ):
+            seen_id, self.debug_checkpoint_id = self.debug_checkpoint_id, None
+            return _checkpoint_id(chunk.get("payload")) == seen_id
         return False
 
 

@@ -64,7 +64,7 @@ def normalise(value: Any) -> Any:
     return value
 
 
-async def in_process(fake: FakeOpenAI, graph_input: Any) -> list[Any]:
+async def in_process(fake: FakeOpenAI, graph_input: Any, modes: Any = MODES) -> list[Any]:
     from examples.tool_agent.graph import builder
 
     fake.script(MODEL, CALL, ANSWER)
@@ -73,7 +73,7 @@ async def in_process(fake: FakeOpenAI, graph_input: Any) -> list[Any]:
     return [
         [mode, to_json(chunk)]
         async for mode, chunk in graph.astream(
-            graph_input, config, stream_mode=MODES, context={"model": MODEL}
+            graph_input, config, stream_mode=modes, context={"model": MODEL}
         )
     ]
 
@@ -159,19 +159,8 @@ async def test_kill_9_mid_run_streams_each_checkpoint_part_once(
 ) -> None:
     """The part of the checkpoint resumed from is stored before the crash, and streamed again."""
     graph_input = {"messages": [{"role": "user", "content": "weather in Oslo?"}]}
-    from examples.tool_agent.graph import builder
-
-    fake.script(MODEL, CALL, ANSWER)
-    local = builder.compile(checkpointer=InMemorySaver())
-    expected = [
-        _shape(mode, to_json(chunk))
-        async for mode, chunk in local.astream(
-            graph_input,
-            {"configurable": {"thread_id": "local"}},
-            stream_mode=CHECKPOINT_MODES,
-            context={"model": MODEL},
-        )
-    ]
+    local = await in_process(fake, graph_input, CHECKPOINT_MODES)
+    expected = [_shape(mode, data) for mode, data in local]
     fake.reset()
     fake.script(MODEL, CALL, Reply(text="never", delay_s=60), ANSWER)
     client = get_client(url=url)
