@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 MAX_OFFSET = 1_000_000_000
 """The largest `offset` a listing accepts: past it there is nothing to page through."""
@@ -268,13 +268,19 @@ class CronSearch(Page):
     thread_id: str | None = None
 
 
+def _once(paths: list[str]) -> list[str]:
+    """The paths in their order, each kept at its first place."""
+    return list(dict.fromkeys(paths))
+
+
 class StorePut(Body):
     """An item to store."""
 
     namespace: list[str] = Field(min_length=1)
     key: str = Field(min_length=1, max_length=1000)
     value: dict[str, Any]
-    index: Literal[False] | list[str] | None = None
+    # Field paths to embed, each once: the store inserts a vector row per path listed.
+    index: Literal[False] | Annotated[list[str], AfterValidator(_once)] | None = None
     ttl: TtlMinutes | None = None
 
 

@@ -179,6 +179,19 @@ async def test_a_store_filter_with_an_integer_beyond_64_bits_is_refused_with_422
         assert fine.status_code == 200, fine.text
 
 
+async def test_a_store_item_indexed_twice_by_one_field_is_stored_once(
+    client: LangGraphClient,
+) -> None:
+    # Found by fuzzing: the same field twice in `index` answered 500 (the store's insert of
+    # the item's vectors met its own row twice).
+    namespace = ["default", "twice"]
+    await client.store.put_item(
+        namespace, "dog", {"text": "a dog in the park"}, index=["text", "text"]
+    )
+    found = await client.store.search_items(namespace, query="a dog in the park")
+    assert [item["key"] for item in found["items"]] == ["dog"]
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
