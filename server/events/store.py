@@ -22,6 +22,8 @@ from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 
 # Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
 STATEMENT_MAX = 64
+# While a run's status stays, appends move its row's `updated_at` at most this often.
+UPDATED_EVERY_S = 60
 # Raised by an append sent unread that moved no run head (`agentrt_appended`, migration 0038).
 NOT_APPENDED_SQLSTATE = "AR002"
 
@@ -54,10 +56,15 @@ class StoreHook:
     store: Callable[[AsyncCursor[Any], str, Sequence[StoredEvent]], Awaitable[None]]
 
 
-_MOVE = """
+_MOVE = f"""
 UPDATE runs SET
     last_event_seq = %(seq)s, status = %(status)s,
-    updated_at = now(),
+    -- Moved by a change of status, and otherwise at most once a minute: an append that only
+    -- moves the head then changes one column, and its row version's WAL record holds little
+    -- more than that column (docs/decisions/2015).
+    updated_at = CASE WHEN status <> %(status)s OR %(terminal)s
+        OR updated_at < now() - interval '{UPDATED_EVERY_S} seconds' THEN now()
+        ELSE updated_at END,
     started_at = COALESCE(started_at, CASE WHEN %(status)s = 'running' THEN now() END),
     finished_at = CASE WHEN %(terminal)s AND NOT %(after_end)s THEN now() ELSE finished_at END,
     error_type = COALESCE(%(error_type)s, error_type),

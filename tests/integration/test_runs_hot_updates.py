@@ -153,3 +153,63 @@ async def test_the_phase_follows_the_status(database_url: str, pool: object) -> 
                 else None
             )
             assert row["phase"] == expected, status
+
+
+async def _updated_at(conn: AsyncConnection[dict[str, object]], run_id: str) -> object:
+    row = await (
+        await conn.execute("SELECT updated_at FROM runs WHERE id = %s", (run_id,))
+    ).fetchone()
+    assert row is not None
+    return row["updated_at"]
+
+
+async def test_updated_at_moves_with_the_status_and_at_most_once_a_minute_between(
+    database_url: str, pool: object
+) -> None:
+    # An append that only moves the head leaves `updated_at` alone (its row version then
+    # differs from the last in one column); a change of status moves it, and so does any
+    # append once it is a minute old, so that it stays within a minute of the last event.
+    async with await AsyncConnection.connect(
+        database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        head = await _new_run(conn)
+        first = await _updated_at(conn, head.run_id)
+        for n in range(3):
+            delta = NewEvent(EventType.MESSAGE_ITEM_DELTA, {"itemId": "i", "delta": f"w{n}"})
+            head, _ = await append_events(conn, head.run_id, [delta], head=head)
+        assert await _updated_at(conn, head.run_id) == first
+        call = {"toolCallId": "c1", "name": "lookup"}
+        head, _ = await append_events(
+            conn, head.run_id, [NewEvent(EventType.TOOL_STARTED, {**call, "args": {}})], head=head
+        )
+        assert head.status == RunStatus.WAITING_TOOL
+        moved = await _updated_at(conn, head.run_id)
+        assert moved > first  # type: ignore[operator]
+        done = {**call, "output": "ok", "outputChars": 2, "truncated": False}
+        head, _ = await append_events(
+            conn, head.run_id, [NewEvent(EventType.TOOL_COMPLETED, done)], head=head
+        )
+        assert head.status == RunStatus.RUNNING
+        assert await _updated_at(conn, head.run_id) > moved  # type: ignore[operator]
+        moved = await _updated_at(conn, head.run_id)
+        await conn.execute(
+            "UPDATE runs SET updated_at = now() - interval '61 seconds' WHERE id = %s",
+            (head.run_id,),
+        )
+        stale = await _updated_at(conn, head.run_id)
+        head, _ = await append_events(
+            conn,
+            head.run_id,
+            [NewEvent(EventType.MESSAGE_ITEM_DELTA, {"itemId": "i", "delta": "late"})],
+            head=head,
+        )
+        assert await _updated_at(conn, head.run_id) > moved > stale  # type: ignore[operator]
+        head, _ = await append_events(
+            conn, head.run_id, [NewEvent(EventType.RUN_COMPLETED, {})], head=head
+        )
+        row = await (
+            await conn.execute(
+                "SELECT updated_at = finished_at AS same FROM runs WHERE id = %s", (head.run_id,)
+            )
+        ).fetchone()
+        assert row is not None and row["same"]
