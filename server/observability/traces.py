@@ -7,7 +7,7 @@ from typing import Any
 
 from server.db.pool import Conn
 from server.domain import Run, RunStatus
-from server.observability.tracing import hex_trace_id, run_root_span_id
+from server.observability.tracing import hex_trace_id, read_attributes, run_root_span_id
 
 
 def _span_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def _span_view(row: dict[str, Any]) -> dict[str, Any]:
         "durationMs": round(row["duration_ms"], 3),
         "status": row["status"],
         "error": row["error"],
-        "attributes": row["attributes"],
+        "attributes": read_attributes(row),
         "events": row["events"],
         "children": [],
     }

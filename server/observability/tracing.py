@@ -276,6 +276,25 @@ def _no_nul(text: str) -> str:
     return text
 
 
+# Attributes stored in a column of their own, and not again in the row's `attributes`:
+# `stored_attributes` leaves them out, `read_attributes` puts them back.
+COLUMN_ATTRIBUTES = {"run_id": "agentrt.run_id", "tenant_id": "agentrt.tenant_id"}
+
+
+def stored_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
+    """A span's attributes as its row keeps them: less those its columns hold."""
+    return {k: v for k, v in attributes.items() if k not in _IN_COLUMNS}
+
+
+def read_attributes(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored span's attributes, those its columns hold included."""
+    found = {key: row[column] for column, key in COLUMN_ATTRIBUTES.items() if row[column]}
+    return {**found, **row["attributes"]}
+
+
+_IN_COLUMNS = frozenset(COLUMN_ATTRIBUTES.values())
+
+
 def _span_row(s: RunSpan) -> dict[str, Any]:
     """A span's row as JSON-ready values (NUL characters are dealt with when it is written)."""
     attrs = s.attributes
@@ -293,7 +312,7 @@ def _span_row(s: RunSpan) -> dict[str, Any]:
         "duration_ms": (end - s.start_ns) / 1e6,
         "status": "unset" if s.error is None else "error",
         "error": s.error,
-        "attributes": attrs,
+        "attributes": stored_attributes(attrs),
         "events": [
             {"name": name, "ts": _dt(ts).isoformat(), "attributes": attributes}
             for name, ts, attributes in s.events

@@ -10,7 +10,7 @@ import pytest
 
 from server.db.pool import Pool
 from server.observability.metrics import Metrics
-from server.observability.tracing import PostgresSpanSink, Tracing
+from server.observability.tracing import PostgresSpanSink, Tracing, read_attributes
 from server.settings import Settings
 from tests.support.rows import count_rows
 
@@ -85,6 +85,28 @@ async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_
     _spans(tracing, "run_sink_retry", 1)  # one more, collected after the failure
     await sink.flush()
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_retry") == 4
+
+
+@pytest.mark.parametrize("count", [3, 200])
+async def test_the_attributes_a_column_holds_are_stored_once_and_read_back(
+    pool: Pool, settings: Settings, count: int
+) -> None:
+    # A statement for a few spans, COPY for a backlog: both store the run and tenant in their
+    # columns only; reading puts them back among the attributes.
+    tracing = _tracing(pool, settings)
+    run_id = f"run_sink_columns_{count}"
+    attributes = {"agentrt.run_id": run_id, "agentrt.tenant_id": "t1", "agentrt.step": 2}
+    for n in range(count):
+        tracing.span(f"step {n}", tracing.root_of(run_id), attributes).end()
+    await tracing.sink.flush()
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT * FROM trace_spans WHERE run_id = %s", (run_id,))
+        rows = await cur.fetchall()
+    assert len(rows) == count
+    for row in rows:
+        assert row["tenant_id"] == "t1"
+        assert row["attributes"] == {"agentrt.step": 2}
+        assert read_attributes(row) == attributes
 
 
 async def test_a_span_holding_nul_characters_is_stored_with_them_replaced(
