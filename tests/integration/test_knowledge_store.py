@@ -119,6 +119,9 @@ async def test_tenants_and_access_lists_filter_in_the_search(
     pool: Pool, settings: Settings, search: PostgresKnowledgeSearch, jobs: KnowledgeJobs
 ) -> None:
     acme = service(pool, settings, ADMIN, search)
+    # Acme's open `handbook` may come from the test above, when it ran on this database first.
+    if "handbook" not in {kb["name"] for kb in await acme.list_all()}:
+        await acme.create({"name": "handbook"})
     await acme.create({"name": "finance", "access": {"profiles": ["cfo"], "roles": ["finance"]}})
     await acme.add_document(
         "finance", content=b"The Paris hotel budget is frozen.", title="Memo", file_name="m.txt"
