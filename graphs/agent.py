@@ -24,12 +24,15 @@ from nodes.dispatch_tools import dispatch_tools
 Route = Literal["await_approval", "dispatch_tools", "__end__"]
 
 
-def route_after_model(state: AgentState) -> Route:
+async def route_after_model(state: AgentState) -> Route:
     """Finish when the model asked for no tool; stop for approval first when policy says so.
 
     The run's context comes from `get_runtime`, not from a `runtime` parameter: LangGraph
     routes a state update made outside a run (the LangGraph API's `update_state`) with no
     runtime, and refuses to call a router that asks for one.
+
+    The routers are coroutines, as the nodes are: LangGraph runs a plain function of an async
+    graph in a thread, a hop that cost more than the routing (docs/decisions/2016).
     """
     return route_with(state, get_runtime(RunContext))
 
@@ -50,7 +53,7 @@ def route_with(state: AgentState, runtime: Runtime[RunContext] | None) -> Route:
     return "await_approval" if pending_approvals(state, toolbox) else "dispatch_tools"
 
 
-def route_after_tools(state: AgentState) -> Literal["delegate_subagents", "build_context"]:
+async def route_after_tools(state: AgentState) -> Literal["delegate_subagents", "build_context"]:
     """Hand the turn's `delegate` calls to child runs before the next model call."""
     return "delegate_subagents" if open_delegations(state) else "build_context"
 
