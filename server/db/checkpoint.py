@@ -17,6 +17,7 @@ their own (docs/decisions/2005).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -291,6 +292,13 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 yield cur
             return
         run_id, generation = fence.run_id, fence.generation
+        if fence.rider is not None:
+            # A task's writes are stored by a task LangGraph starts as the step's task ends,
+            # one loop turn before its stream hands the step's parts (its `updates`) to the
+            # run: yielding once lets them reach the rider, so they commit with these writes
+            # and not after the step's checkpoint, which a crash would make them miss (a
+            # resumed graph does not stream a finished step again).
+            await asyncio.sleep(0)
         # The base class serialises on self.lock because it may own a single connection;
         # with a pool each write has its own connection, so runs need not wait for each other.
         # Pipelined with no BEGIN: everything up to the one Sync at the end runs as a single
