@@ -156,6 +156,13 @@ class FencedPostgresSaver(AsyncPostgresSaver):
             reuse.done = True
         return found
 
+    # `aput` and `aput_writes` store what `AsyncPostgresSaver.aput` and `aput_writes` store
+    # (the version uv.lock pins; tests/integration/test_checkpoint_inline.py compares the rows
+    # with the base class's), but for one thing: the values are serialised on the event loop,
+    # not in a thread (`asyncio.to_thread`). The serializer holds the GIL throughout, so the
+    # thread let nothing else run meanwhile; each hop cost about 55 us of CPU and as much
+    # latency, some 15 times per run (docs/decisions/2016).
+
     async def aput(
         self,
         config: RunnableConfig,
@@ -164,9 +171,50 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint under the run's lease fence (checked in the same transaction)."""
-        return await self._fenced(
-            config, lambda: self._put(config, checkpoint, metadata, new_versions)
-        )
+
+        async def put() -> RunnableConfig:
+            configurable = config["configurable"].copy()
+            thread_id = configurable.pop("thread_id")
+            checkpoint_ns = configurable.pop("checkpoint_ns")
+            checkpoint_id = configurable.pop("checkpoint_id", None)
+            copy = checkpoint.copy()
+            copy["channel_values"] = copy["channel_values"].copy()
+            # Primitive values stay inline in the checkpoint's row; the others go to blobs.
+            blob_values = {}
+            for key, value in checkpoint["channel_values"].items():
+                if isinstance(value, _DeltaSnapshot):
+                    blob_values[key] = copy["channel_values"].pop(key)
+                    copy["channel_values"][key] = True
+                elif value is None or isinstance(value, (str, int, float, bool)):
+                    pass
+                else:
+                    blob_values[key] = copy["channel_values"].pop(key)
+            async with self._cursor(pipeline=True) as cur:
+                if blob_versions := {k: v for k, v in new_versions.items() if k in blob_values}:
+                    await cur.executemany(
+                        self.UPSERT_CHECKPOINT_BLOBS_SQL,
+                        self._dump_blobs(thread_id, checkpoint_ns, blob_values, blob_versions),
+                    )
+                await cur.execute(
+                    self.UPSERT_CHECKPOINTS_SQL,
+                    (
+                        thread_id,
+                        checkpoint_ns,
+                        checkpoint["id"],
+                        checkpoint_id,
+                        Jsonb(copy),
+                        Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+                    ),
+                )
+            return {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint["id"],
+                }
+            }
+
+        return await self._fenced(config, put)
 
     async def aput_writes(
         self,
@@ -176,87 +224,26 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, fenced like `aput`."""
-        await self._fenced(config, lambda: self._put_writes(config, writes, task_id, task_path))
 
-    # `_put` and `_put_writes` are `AsyncPostgresSaver.aput` and `aput_writes` (the version
-    # uv.lock pins; tests/integration/test_checkpoint_inline.py compares the rows they store
-    # with the base class's), but for one thing: the values are serialised on the event loop,
-    # not in a thread (`asyncio.to_thread`). The serializer holds the GIL throughout, so the
-    # thread let nothing else run meanwhile; each hop cost about 55 us of CPU and as much
-    # latency, some 15 times per run (docs/decisions/2016).
-
-    async def _put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        configurable = config["configurable"].copy()
-        thread_id = configurable.pop("thread_id")
-        checkpoint_ns = configurable.pop("checkpoint_ns")
-        checkpoint_id = configurable.pop("checkpoint_id", None)
-        copy = checkpoint.copy()
-        copy["channel_values"] = copy["channel_values"].copy()
-        next_config: RunnableConfig = {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
-        # Primitive values stay inline in the checkpoint's row; the others go to blobs.
-        blob_values = {}
-        for key, value in checkpoint["channel_values"].items():
-            if isinstance(value, _DeltaSnapshot):
-                blob_values[key] = copy["channel_values"].pop(key)
-                copy["channel_values"][key] = True
-            elif value is None or isinstance(value, (str, int, float, bool)):
-                pass
-            else:
-                blob_values[key] = copy["channel_values"].pop(key)
-        async with self._cursor(pipeline=True) as cur:
-            if blob_versions := {k: v for k, v in new_versions.items() if k in blob_values}:
-                await cur.executemany(
-                    self.UPSERT_CHECKPOINT_BLOBS_SQL,
-                    self._dump_blobs(thread_id, checkpoint_ns, blob_values, blob_versions),
-                )
-            await cur.execute(
-                self.UPSERT_CHECKPOINTS_SQL,
-                (
-                    thread_id,
-                    checkpoint_ns,
-                    checkpoint["id"],
-                    checkpoint_id,
-                    Jsonb(copy),
-                    Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
-                ),
+        async def put() -> None:
+            query = (
+                self.UPSERT_CHECKPOINT_WRITES_SQL
+                if all(w[0] in WRITES_IDX_MAP for w in writes)
+                else self.INSERT_CHECKPOINT_WRITES_SQL
             )
-        return next_config
+            configurable = config["configurable"]
+            params = self._dump_writes(
+                configurable["thread_id"],
+                configurable["checkpoint_ns"],
+                configurable["checkpoint_id"],
+                task_id,
+                task_path,
+                writes,
+            )
+            async with self._cursor(pipeline=True) as cur:
+                await cur.executemany(query, params)
 
-    async def _put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> None:
-        query = (
-            self.UPSERT_CHECKPOINT_WRITES_SQL
-            if all(w[0] in WRITES_IDX_MAP for w in writes)
-            else self.INSERT_CHECKPOINT_WRITES_SQL
-        )
-        configurable = config["configurable"]
-        params = self._dump_writes(
-            configurable["thread_id"],
-            configurable["checkpoint_ns"],
-            configurable["checkpoint_id"],
-            task_id,
-            task_path,
-            writes,
-        )
-        async with self._cursor(pipeline=True) as cur:
-            await cur.executemany(query, params)
+        await self._fenced(config, put)
 
     async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
         """Run `write` under the config's fence; again without the rider if only it failed.
