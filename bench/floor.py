@@ -14,6 +14,10 @@ repeat, on the same Postgres:
   (bench/floor_worker.py); the server streams what the worker commits.
 - L4, agentrt: API and worker processes, one `?stream=true` request per run.
 
+L0 stores checkpoints with LangGraph's saver as it ships; L1 to L3 with agentrt's
+`InlinePostgresSaver` (the same rows, without the thread hop), as L4 does, so that each rung
+is its mechanism at its least.
+
 L2 is the least any server with agentrt's stream guarantee pays, L3 the least with its other
 guarantees too; L4 minus L3 is agentrt's own.
 """
@@ -53,6 +57,7 @@ from bench.engine import AGENT_SCRIPT, Engine, engine
 from bench.floor_log import Pool, durable_run, event_pool
 from bench.floor_report import LEVELS, RUNG_TEXT, RUNGS, Series, tables, verdicts
 from bench.overhead import Sample, conversations
+from server.db.checkpoint import InlinePostgresSaver
 
 
 async def batch(
@@ -161,9 +166,10 @@ class _FirstToken:
 
 @dataclass
 class Rungs:
-    """What each rung needs: the in-process engine and pool, the three servers."""
+    """What each rung needs: the in-process engines and pool, the three servers."""
 
-    eng: Engine
+    eng: Engine  # L0: LangGraph's saver as it ships
+    durable_eng: Engine  # L1: the same graph on the saver without the thread hop
     pool: Pool
     floor_ep: Endpoint
     floor_proc: Proc
@@ -195,7 +201,7 @@ class Rungs:
             if not token and any(re.search(DELTA, event) for event in batch):
                 token = time.perf_counter() - started
 
-        events, commits = await durable_run(self.eng, self.pool, delivered)
+        events, commits = await durable_run(self.durable_eng, self.pool, delivered)
         self.counts.add(events)
         self.commits.setdefault(self.concurrency, []).append(commits)
         self._token("L1", token)
@@ -288,10 +294,15 @@ async def measure(
     series = Series()
     floor_proc, queued_proc = floor_procs[0], floor_procs[1]
     assert procs[0].url and floor_proc.url and queued_proc.url
-    async with engine(database_url) as eng, event_pool(database_url) as pool:
-        eng.durability = "sync"
+    async with (
+        engine(database_url) as eng,
+        engine(database_url, saver=InlinePostgresSaver) as durable_eng,
+        event_pool(database_url) as pool,
+    ):
+        eng.durability = durable_eng.durability = "sync"
         rungs = Rungs(
             eng,
+            durable_eng,
             pool,
             Endpoint.of(floor_proc.url),
             floor_proc,

@@ -33,6 +33,7 @@ from bench.engine import engine
 from bench.floor_log import CREATED, TERMINAL, Pool, durable_run, event_pool
 from bench.floor_worker import EVENTS_CHANNEL, accept, create_schema
 from server import loops
+from server.db.checkpoint import InlinePostgresSaver
 from server.ids import new_id
 
 FAILED = b"event: run.failed\ndata: {}\n\n"
@@ -153,7 +154,10 @@ def build_app(database_url: str) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with engine(database_url) as eng, event_pool(database_url) as pool:
+        async with (
+            engine(database_url, saver=InlinePostgresSaver) as eng,
+            event_pool(database_url) as pool,
+        ):
             eng.durability = "sync"
             app.state.engine, app.state.pool = eng, pool
             yield

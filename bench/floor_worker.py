@@ -43,7 +43,6 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.postgres import _ainternal
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import DictRow, dict_row
 
@@ -51,6 +50,7 @@ from bench.engine import Engine, engine
 from bench.floor_log import CREATED, TERMINAL, Pool, Writer, encode, event_pool
 from graphs.context import RunContext
 from server import loops
+from server.db.checkpoint import InlinePostgresSaver
 from server.events.projection import STREAM_MODES
 
 QUEUED_CHANNEL = "floor_runs"
@@ -143,8 +143,8 @@ async def accept(pool: Pool, run_id: str) -> None:
         await conn.execute(ACCEPT, {"run": run_id, "created": CREATED})
 
 
-class FencedSaver(AsyncPostgresSaver):
-    """LangGraph's saver whose writes for an attempt first pass `floor_fence`, in their txn."""
+class FencedSaver(InlinePostgresSaver):
+    """The inline saver whose writes for an attempt first pass `floor_fence`, in their txn."""
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:

@@ -126,42 +126,16 @@ def _fence_of(config: RunnableConfig) -> _Fence | None:
     return None
 
 
-class FencedPostgresSaver(AsyncPostgresSaver):
-    """`AsyncPostgresSaver` whose writes for a leased run are refused once the lease is lost.
+class InlinePostgresSaver(AsyncPostgresSaver):
+    """`AsyncPostgresSaver` that serialises on the event loop, not in a thread.
 
-    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
-    a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
-    exactly as the base class.
+    `aput` and `aput_writes` store what `AsyncPostgresSaver.aput` and `aput_writes` store (the
+    version uv.lock pins; tests/integration/test_checkpoint_inline.py compares the rows with
+    the base class's), but for one thing: the values are serialised on the event loop, not in
+    a thread (`asyncio.to_thread`). The serializer holds the GIL throughout, so the thread let
+    nothing else run meanwhile; each hop cost about 55 us of CPU and as much latency, some 15
+    times per run (docs/decisions/2016). Both go through `_write`, which a subclass may wrap.
     """
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Read a checkpoint; inside `reusing_reads()`, its thread's latest only once."""
-        reuse = _reuse.get()
-        configurable = config.get("configurable", {})
-        if (
-            reuse is None
-            or reuse.done
-            or str(configurable.get("thread_id")) != reuse.thread
-            or configurable.get("checkpoint_ns")
-            or get_checkpoint_id(config)
-        ):
-            return await super().aget_tuple(config)
-        if reuse.kept:
-            reuse.done, found, reuse.found = True, reuse.found, None
-            return found
-        found = await super().aget_tuple(config)
-        if found is None or not found.pending_writes:
-            reuse.kept, reuse.found = True, found
-        else:
-            reuse.done = True
-        return found
-
-    # `aput` and `aput_writes` store what `AsyncPostgresSaver.aput` and `aput_writes` store
-    # (the version uv.lock pins; tests/integration/test_checkpoint_inline.py compares the rows
-    # with the base class's), but for one thing: the values are serialised on the event loop,
-    # not in a thread (`asyncio.to_thread`). The serializer holds the GIL throughout, so the
-    # thread let nothing else run meanwhile; each hop cost about 55 us of CPU and as much
-    # latency, some 15 times per run (docs/decisions/2016).
 
     async def aput(
         self,
@@ -170,7 +144,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint under the run's lease fence (checked in the same transaction)."""
+        """Store a checkpoint, as the base class does, serialising on the event loop."""
 
         async def put() -> RunnableConfig:
             configurable = config["configurable"].copy()
@@ -214,7 +188,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
                 }
             }
 
-        return await self._fenced(config, put)
+        return await self._write(config, put)
 
     async def aput_writes(
         self,
@@ -223,7 +197,7 @@ class FencedPostgresSaver(AsyncPostgresSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes, fenced like `aput`."""
+        """Store a task's writes, as the base class does, serialising on the event loop."""
 
         async def put() -> None:
             query = (
@@ -243,9 +217,44 @@ class FencedPostgresSaver(AsyncPostgresSaver):
             async with self._cursor(pipeline=True) as cur:
                 await cur.executemany(query, params)
 
-        await self._fenced(config, put)
+        await self._write(config, put)
 
-    async def _fenced(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
+    async def _write(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
+        """Run one of the writes of `aput` or `aput_writes`; here, as it is."""
+        return await write()
+
+
+class FencedPostgresSaver(InlinePostgresSaver):
+    """`InlinePostgresSaver` whose writes for a leased run are refused once the lease is lost.
+
+    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
+    a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
+    exactly as the base class.
+    """
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Read a checkpoint; inside `reusing_reads()`, its thread's latest only once."""
+        reuse = _reuse.get()
+        configurable = config.get("configurable", {})
+        if (
+            reuse is None
+            or reuse.done
+            or str(configurable.get("thread_id")) != reuse.thread
+            or configurable.get("checkpoint_ns")
+            or get_checkpoint_id(config)
+        ):
+            return await super().aget_tuple(config)
+        if reuse.kept:
+            reuse.done, found, reuse.found = True, reuse.found, None
+            return found
+        found = await super().aget_tuple(config)
+        if found is None or not found.pending_writes:
+            reuse.kept, reuse.found = True, found
+        else:
+            reuse.done = True
+        return found
+
+    async def _write(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
         """Run `write` under the config's fence; again without the rider if only it failed.
 
         A checkpoint does not wait on the event log: when the rider's statements are refused

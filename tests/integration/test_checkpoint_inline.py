@@ -1,9 +1,10 @@
-"""The fenced checkpointer stores what LangGraph's own would, serialising on the event loop.
+"""Our checkpointers store what LangGraph's own would, serialising on the event loop.
 
-`FencedPostgresSaver` writes checkpoints and task writes with its own copies of
-`AsyncPostgresSaver.aput` and `aput_writes` (without their thread hop). These tests hand both
-classes the same checkpoint and the same writes, on two threads of one database, and compare
-every stored row: a LangGraph upgrade that changes what the base class stores fails here.
+`InlinePostgresSaver` (and `FencedPostgresSaver`, built on it) writes checkpoints and task
+writes with its own copies of `AsyncPostgresSaver.aput` and `aput_writes` (without their
+thread hop). These tests hand each class and LangGraph's the same checkpoint and the same
+writes, on two threads of one database, and compare every stored row: a LangGraph upgrade
+that changes what the base class stores fails here.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from server.db.checkpoint import FencedPostgresSaver
+from server.db.checkpoint import FencedPostgresSaver, InlinePostgresSaver
 from server.db.pool import Pool
 from server.process import setup_checkpointer
 
@@ -70,30 +72,34 @@ async def _rows(pool: Pool, table: str, thread: str, order: str) -> list[dict[st
     return [{k: v for k, v in row.items() if k != "thread_id"} for row in rows]
 
 
+SAVERS = [InlinePostgresSaver, FencedPostgresSaver]
+
+
+@pytest.mark.parametrize("saver", SAVERS)
 async def test_checkpoints_and_writes_are_stored_as_langgraphs_saver_stores_them(
-    pool: Pool,
+    pool: Pool, saver: type[InlinePostgresSaver]
 ) -> None:
     await setup_checkpointer(pool)
-    serde = ThreadRecordingSerde()
-    ours = FencedPostgresSaver(pool, serde=serde)
+    ours = saver(pool)
     theirs = AsyncPostgresSaver(pool)
     checkpoint = _checkpoint()
-    await _store(ours, "inline-ours", checkpoint)
-    await _store(theirs, "inline-theirs", checkpoint)
+    mine_thread, base_thread = f"inline-{saver.__name__}", f"inline-base-{saver.__name__}"
+    await _store(ours, mine_thread, checkpoint)
+    await _store(theirs, base_thread, checkpoint)
 
     for table, order in (
         ("checkpoints", "checkpoint_id"),
         ("checkpoint_blobs", "channel, version"),
         ("checkpoint_writes", "task_id, idx"),
     ):
-        mine = await _rows(pool, table, "inline-ours", order)
-        base = await _rows(pool, table, "inline-theirs", order)
+        mine = await _rows(pool, table, mine_thread, order)
+        base = await _rows(pool, table, base_thread, order)
         assert mine, table
         assert mine == base, table
 
     # What LangGraph reads back is the same too.
     read: list[Any] = []
-    for thread in ("inline-ours", "inline-theirs"):
+    for thread in (mine_thread, base_thread):
         found = await theirs.aget_tuple({"configurable": {"thread_id": thread}})
         assert found is not None
         read.append((found.checkpoint["channel_values"], found.pending_writes))
@@ -101,8 +107,11 @@ async def test_checkpoints_and_writes_are_stored_as_langgraphs_saver_stores_them
     assert read[0][0]["messages"][1].content == "hello"
 
 
-async def test_values_are_serialised_on_the_event_loops_thread(pool: Pool) -> None:
+@pytest.mark.parametrize("saver", SAVERS)
+async def test_values_are_serialised_on_the_event_loops_thread(
+    pool: Pool, saver: type[InlinePostgresSaver]
+) -> None:
     await setup_checkpointer(pool)
     serde = ThreadRecordingSerde()
-    await _store(FencedPostgresSaver(pool, serde=serde), "inline-thread", _checkpoint())
+    await _store(saver(pool, serde=serde), f"inline-thread-{saver.__name__}", _checkpoint())
     assert serde.threads == {threading.get_ident()}
