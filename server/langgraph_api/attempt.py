@@ -61,8 +61,9 @@ class _Stored:
     """The parts of a resumed run's log that LangGraph streams again on resume.
 
     LangGraph hands a step's `values` part to the stream after writing the step's checkpoint,
-    and its `checkpoints` part (with its `debug` form) when it starts the next step; on resume
-    it streams both again for the checkpoint it resumes from. The predecessor may have died
+    and its `checkpoints` part (with its `debug` form) when it starts the next step (or finds
+    none: the graph has finished); on resume it streams both again for the checkpoint it
+    resumes from, a finished graph's last one included. The predecessor may have died
     before storing them, or after: each is stored again only if the log does not end with it.
     """
 
@@ -123,11 +124,15 @@ class GraphAttempt(Attempt):
         if (latest.metadata or {}).get("run_id") == self.run.id:
             # An earlier attempt of this run checkpointed: continue from there.
             replayed = await self._stored()
-            if latest.interrupts or (not latest.next and not latest.tasks):
+            if latest.interrupts:
+                # Resuming would run the interrupted step: the run waits for its decision.
                 if not replayed.stored("values", latest.values):
                     for data in parts.payloads((), "values", latest.values):
                         self.emit(EventType.GRAPH_CHUNK, data)
                 return latest.interrupts
+            # A graph that had finished is resumed too: LangGraph runs no step and writes no
+            # checkpoint, but streams the last checkpoint's `values` and `checkpoints` parts
+            # (and their `debug` forms) again, which a worker killed before storing them lost.
             graph_input, config = None, {**config, "configurable": thread["configurable"]}
         else:
             # `rollback`: the runs it interrupted (all finished by now) leave no checkpoint.
