@@ -39,6 +39,7 @@ from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
 from server.routes.schemas import errors
+from server.runs.memo import PostMemo
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from skills.tools import load_skill, read_skill_resource
@@ -117,6 +118,7 @@ def create_app(
             app.state.pool, app.state.notifier = runtime.pool, runtime.notifier
             app.state.worker, app.state.graph = runtime.worker, runtime.graph
             app.state.feeds = Feeds(runtime.pool, settings.sse_feed_keep, runtime.notifier)
+            app.state.post_memo = PostMemo()
             yield
 
     app = FastAPI(

@@ -110,7 +110,13 @@ async def get_service(request: Request) -> RunService:
     state = request.app.state
     runtime = state.runtime
     return RunService(
-        state.pool, state.settings, state.models, state.tools, runtime.metrics, runtime.tracing
+        state.pool,
+        state.settings,
+        state.models,
+        state.tools,
+        runtime.metrics,
+        runtime.tracing,
+        state.post_memo,
     )
 
 

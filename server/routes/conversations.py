@@ -108,6 +108,7 @@ async def post_conversation(
     pool: PoolDep,
     settings: SettingsDep,
     models: ModelsDep,
+    service: ServiceDep,
     who: PrincipalDep,
     body: Annotated[ConversationIn | None, CleanText, Body()] = None,
 ) -> dict[str, Any]:
@@ -119,6 +120,7 @@ async def post_conversation(
     if body.model is not None:
         models.validate(body.model)
     row = await create_conversation(pool, who, body.title, body.model, body.metadata, body.agent)
+    service.met_conversation(who, row)  # its first message can go in one round trip
     return conversation_view(row)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg import AsyncCursor, sql
 from psycopg.types.json import Jsonb
 
@@ -188,6 +189,71 @@ async def accept_message(
         return committed
 
     return await _in_locked_conversation(pool, who, conversation_id, insert, alongside)
+
+
+EXPECTATION_SQLSTATE = "AR003"  # raised by agentrt_expect_post() (migration 0039)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a process remembers of a conversation, checked as its new run is stored.
+
+    Attributes:
+        agent: The conversation's `agent` column (its profile reference), as created.
+        model: The conversation's `model` column, as created.
+        agent_name: The profile the run uses (unpinned: its latest version).
+        agent_version: That profile's latest version when it was last read.
+    """
+
+    agent: str | None
+    model: str | None
+    agent_name: str
+    agent_version: int
+
+
+async def accept_expected(
+    pool: Pool, who: Principal, new: NewRun, expected: Expected
+) -> Accepted | None:
+    """Create `new` (built from what is remembered) in one round trip, if it still holds.
+
+    `agentrt_expect_post()` goes out first, unread: it takes the conversation's lock and
+    refuses when the conversation or the profile's latest version is not as `expected`, and
+    the whole transaction rolls back. None then: nothing is stored, and the caller posts
+    again with `accept_message`, which reads them. No idempotency key: its check reads.
+    """
+
+    async def attempt() -> Accepted | None:
+        async with pool.connection() as conn:
+            try:
+                async with pipelined_transaction(conn):
+                    await conn.execute(
+                        "SELECT agentrt_expect_post(%s, %s, %s, %s, %s, %s)",
+                        (
+                            new.conversation_id,
+                            who.tenant_id,
+                            expected.agent,
+                            expected.model,
+                            expected.agent_name,
+                            expected.agent_version,
+                        ),
+                    )
+                    created = await _insert_run(conn, who, new)
+            except psycopg.Error as exc:
+                if exc.sqlstate == EXPECTATION_SQLSTATE:
+                    return None
+                raise
+            answer = accepted_view(
+                created.run_id,
+                created.head.status,
+                new.conversation_id,
+                created.message_id,
+                new.model,
+                new.agent,
+                new.model_source,
+            )
+            return Accepted(answer, False, (await created.row())["carried"])
+
+    return await retry_deadlocks(attempt)
 
 
 # What a transaction's body hands back: called once the transaction has committed, it reads

@@ -9,17 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from server.agents.profiles import DEFAULT_AGENT, parse_ref
 from server.agents.store import AgentVersion, resolve_agent
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run, RunStatus
-from server.errors import InvalidRequestError, UnknownAgentError
+from server.errors import AgentrtError, InvalidRequestError, UnknownAgentError
 from server.observability.metrics import Metrics
 from server.observability.traces import load_trace
 from server.observability.tracing import Tracing
 from server.runs.approvals import decide
 from server.runs.idempotency import IdempotencyKey
-from server.runs.records import Accepted, NewRun, accept_message, get_run, request_cancel
+from server.runs.memo import PostMemo
+from server.runs.records import (
+    Accepted,
+    Expected,
+    NewRun,
+    accept_expected,
+    accept_message,
+    get_run,
+    request_cancel,
+)
 from server.runs.toolbox import principal_toolbox
 from server.settings import Settings
 from server.subagents.traces import with_children
@@ -55,9 +65,14 @@ class RunService:
     tools: ToolRegistry
     metrics: Metrics
     tracing: Tracing
+    memo: PostMemo
 
     async def post_message(self, who: Principal, message: NewMessage) -> Accepted:
         """Store a user message and queue a run for it, under the caller's limits.
+
+        A conversation this process has met (created, or posted to) is posted to in one round
+        trip, with a check of what was remembered of it (docs/decisions/2017); otherwise, and
+        when the check fails, in two, reading the conversation and the profile first.
 
         Returns:
             The API's answer, whether it replays an earlier request's with the same
@@ -70,11 +85,54 @@ class RunService:
             ConversationBusyError, TooManyRunsError: refused by the `reject` policies.
             IdempotencyKeyReusedError: the key was used with a different body.
         """
-        settings = self.settings
+        accepted = await self._post_remembered(who, message)
+        if accepted is None:
+            accepted = await self._post_read(who, message)
+        if not accepted.replayed:
+            self.metrics.events_written.inc()  # run.created
+        return accepted
+
+    def met_conversation(self, who: Principal, row: dict[str, Any]) -> None:
+        """Remember a conversation this process created, for the posts to come."""
+        self.memo.met_conversation(who.tenant_id, row)
+
+    async def _post_remembered(self, who: Principal, message: NewMessage) -> Accepted | None:
+        """Post in one round trip from what is remembered; None if nothing was stored.
+
+        Only for a conversation and an unpinned profile both remembered, and no idempotency
+        key (its check reads). Any refusal from what was remembered (an unknown model, say)
+        is left to the reading path, which answers in the usual order (404 first).
+        """
+        memo, tenant = self.memo, who.tenant_id
+        if message.idempotency is not None:
+            return None
+        conversation = memo.conversation(tenant, message.conversation_id)
+        if conversation is None:
+            return None
+        try:
+            name, version = parse_ref(message.agent or conversation.agent or DEFAULT_AGENT)
+        except AgentrtError:
+            return None
+        agent = memo.agent(tenant, name) if version is None else None
+        if agent is None:
+            return None
+        try:
+            new = self._new_run(who, message, conversation.model, agent)
+        except AgentrtError:
+            return None
+        expected = Expected(conversation.agent, conversation.model, name, agent.version)
+        accepted = await accept_expected(self.pool, who, new, expected)
+        if accepted is None:
+            memo.forget(tenant, message.conversation_id, name)
+        return accepted
+
+    async def _post_read(self, who: Principal, message: NewMessage) -> Accepted:
+        """Post in two round trips: the conversation and the profile are read first."""
         # The profile the run will most likely use (the message's, else the conversation's,
         # which is the default one unless the conversation names another) is read in the
         # round trip that locks the conversation; `build` checks that the guess was right.
         early: AgentVersion | UnknownAgentError | None = None
+        met: tuple[dict[str, Any], AgentVersion, str | None] | None = None
 
         async def guess(conn: Conn) -> None:
             nonlocal early
@@ -84,43 +142,60 @@ class RunService:
                 early = exc
 
         async def build(conn: Conn, conversation: dict[str, Any]) -> NewRun:
+            nonlocal met
             # In the transaction that locks the conversation: its row is read once.
             ref = message.agent or conversation["agent"]
             found = early if ref == message.agent else None
             if isinstance(found, UnknownAgentError):
                 raise found
             agent = found or await resolve_agent(conn, who.tenant_id, ref)
-            pick = pick_model(
-                requested=message.model,
-                conversation_model=conversation["model"] or agent.spec.model,
-                text=message.content,
-                needs=message.needs,
-                rules=settings.model_routes,
-                default=settings.default_model,
-            )
-            model = self.models.validate(pick.model_id)
-            options = dict(message.options)
-            if agent.spec.run_timeout_seconds is not None:
-                options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
-            limits = settings.tenant_limits.get(who.tenant_id, {})
-            user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
-            return NewRun(
-                message.conversation_id,
-                message.content,
-                model,
-                options,
-                if_busy=message.if_busy or settings.conversation_busy_policy,
-                user_limit=user_limit if settings.limit_policy == "reject" else None,
-                model_source=pick.source,
-                agent=(agent.name, agent.version),
-            )
+            new = self._new_run(who, message, conversation["model"], agent)
+            met = (conversation, agent, ref)
+            return new
 
         accepted = await accept_message(
             self.pool, who, message.conversation_id, build, message.idempotency, guess
         )
-        if not accepted.replayed:
-            self.metrics.events_written.inc()  # run.created
+        if met is not None:
+            conversation, agent, ref = met
+            self.memo.met_conversation(who.tenant_id, conversation)
+            if parse_ref(ref or DEFAULT_AGENT)[1] is None:  # read as the latest version
+                self.memo.met_agent(who.tenant_id, agent)
         return accepted
+
+    def _new_run(
+        self,
+        who: Principal,
+        message: NewMessage,
+        conversation_model: str | None,
+        agent: AgentVersion,
+    ) -> NewRun:
+        """The run of `message`, on a conversation with that model, with that profile."""
+        settings = self.settings
+        pick = pick_model(
+            requested=message.model,
+            conversation_model=conversation_model or agent.spec.model,
+            text=message.content,
+            needs=message.needs,
+            rules=settings.model_routes,
+            default=settings.default_model,
+        )
+        model = self.models.validate(pick.model_id)
+        options = dict(message.options)
+        if agent.spec.run_timeout_seconds is not None:
+            options.setdefault("timeoutSeconds", agent.spec.run_timeout_seconds)
+        limits = settings.tenant_limits.get(who.tenant_id, {})
+        user_limit = limits.get("userMaxActiveRuns", settings.user_max_active_runs)
+        return NewRun(
+            message.conversation_id,
+            message.content,
+            model,
+            options,
+            if_busy=message.if_busy or settings.conversation_busy_policy,
+            user_limit=user_limit if settings.limit_policy == "reject" else None,
+            model_source=pick.source,
+            agent=(agent.name, agent.version),
+        )
 
     async def cancel(self, who: Principal, run_id: str) -> Run:
         """Cancel the run: at once if queued or waiting, else at the worker's next safe point.
