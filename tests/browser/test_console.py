@@ -10,7 +10,7 @@ import asyncio
 import re
 
 import psycopg
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import BrowserContext, Page, Route, expect
 
 from bench.console import seed_long_run
 from tests.browser.conftest import STORY, Console, shot, start_run
@@ -101,6 +101,41 @@ async def test_approving_a_waiting_call_finishes_the_run_and_leaves_every_queue(
     (decided,) = approvals.json()["approvals"]
     assert decided["status"] == "edited"
     assert decided["decision"]["args"] == {"to": "boss@example.com", "subject": "hi"}
+
+
+async def test_a_run_that_ends_while_its_page_loads_shows_its_end(
+    page: Page, console: Console
+) -> None:
+    # The page reads the run record and its snapshot side by side. Here the run ends between
+    # the two reads: the record says waiting_user, the snapshot that it completed.
+    run_id = await start_run(console, "email")
+    await wait_for_status(console.client, run_id, "waiting_user", headers=console.headers)
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        held.set()
+        await release.wait()
+        await route.continue_()
+
+    await page.route(f"**/api/runs/{run_id}/snapshot", hold)
+    async with page.expect_response(lambda r: r.url.endswith(f"/api/runs/{run_id}")) as record:
+        await page.goto(f"{console.url}/console/#/runs/{run_id}")
+    assert (await (await record.value).json())["status"] == "waiting_user"
+    await asyncio.wait_for(held.wait(), 30)
+    approvals = await console.client.get(f"/api/runs/{run_id}/approvals", headers=console.headers)
+    (pending,) = approvals.json()["approvals"]
+    decided = await console.client.post(
+        f"/api/approvals/{pending['approvalId']}",
+        json={"decision": "approve"},
+        headers=console.headers,
+    )
+    assert decided.status_code == 200, decided.text
+    await wait_for_status(console.client, run_id, "completed", headers=console.headers)
+    release.set()
+
+    await expect(page.get_by_test_id("stream-state")).to_have_text("(finished)")
+    await expect(page.get_by_test_id("run-status")).to_have_text("completed")
+    await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
 
 
 async def test_rejecting_needs_a_reason(page: Page, console: Console) -> None:

@@ -136,7 +136,13 @@ export function runPage(main, runId) {
     performance.measure("console:run-first-render", "console:run-start", "console:run-rendered");
     document.body.dataset.runRendered = "1";
     if (!alive) return;
-    if (TERMINAL.has(snapshot.status)) { stream.textContent = "(finished)"; return; }
+    if (TERMINAL.has(snapshot.status)) {
+      // The record and the snapshot were read side by side: a run that ended between the two
+      // reads has a record older than its end, so the header reads it again.
+      if (run.status !== snapshot.status) refresh();
+      stream.textContent = "(finished)";
+      return;
+    }
     stop = follow(runId, snapshot.lastEventId, (e) => {
       conversation.apply(e);
       timeline.live(e);
