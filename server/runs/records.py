@@ -169,15 +169,7 @@ async def accept_message(
                 return functools.partial(_ready, Accepted(earlier, True, None))
         new = await build(conn, conversation)
         created = await _insert_run(conn, who, new)
-        answer = accepted_view(
-            created.run_id,
-            created.head.status,
-            new.conversation_id,
-            created.message_id,
-            new.model,
-            new.agent,
-            new.model_source,
-        )
+        answer = _answer(created, new)
         if idempotency is not None:
             await remember_response(
                 conn, who.tenant_id, conversation_id, idempotency, created.run_id, answer
@@ -242,18 +234,23 @@ async def accept_expected(
                 if exc.sqlstate == EXPECTATION_SQLSTATE:
                     return None
                 raise
-            answer = accepted_view(
-                created.run_id,
-                created.head.status,
-                new.conversation_id,
-                created.message_id,
-                new.model,
-                new.agent,
-                new.model_source,
-            )
+            answer = _answer(created, new)
             return Accepted(answer, False, (await created.row())["carried"])
 
     return await retry_deadlocks(attempt)
+
+
+def _answer(created: Created, new: NewRun) -> dict[str, Any]:
+    """The API's answer for a run just created (its statements sent, their results unread)."""
+    return accepted_view(
+        created.run_id,
+        created.head.status,
+        new.conversation_id,
+        created.message_id,
+        new.model,
+        new.agent,
+        new.model_source,
+    )
 
 
 # What a transaction's body hands back: called once the transaction has committed, it reads
