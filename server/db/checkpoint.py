@@ -53,6 +53,13 @@ FENCE_GENERATION = "agentrt_lease_generation"
 FENCE_RIDER = "agentrt_rider"
 FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
 
+# How long a run's task writes wait for the checkpoint that ends their step, to go in its
+# transaction (docs/decisions/2018); past it they are stored by themselves.
+HOLD_WRITES_S = 0.1
+
+# A statement and the rows it is executed for (`executemany`).
+_Statement = tuple[str, list[tuple[Any, ...]]]
+
 # Told how the transaction it rode in ended: None when it committed, else the error (whether
 # the commit happened may then be unknown).
 Landing = Callable[[BaseException | None], None]
@@ -113,6 +120,24 @@ def reusing_reads(thread_id: str) -> Iterator[None]:
         _reuse.reset(token)
 
 
+@dataclass
+class _Held:
+    """A run's task writes held for the checkpoint that ends their step."""
+
+    config: RunnableConfig
+    statements: list[_Statement]
+    timer: asyncio.TimerHandle
+
+
+def _held_key(config: RunnableConfig) -> tuple[str, str, str]:
+    configurable = config["configurable"]
+    return (
+        str(configurable["thread_id"]),
+        str(configurable.get("checkpoint_ns", "")),
+        str(configurable["checkpoint_id"]),
+    )
+
+
 def _fence_of(config: RunnableConfig) -> _Fence | None:
     """Return the run, lease generation (and rider) a checkpoint write must hold, if any."""
     configurable = config.get("configurable", {})
@@ -145,6 +170,19 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint, as the base class does, serialising on the event loop."""
+        return await self._write(
+            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, ())
+        )
+
+    def _checkpoint_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        carried: Sequence[_Statement],
+    ) -> Callable[[], Awaitable[RunnableConfig]]:
+        """The write storing a checkpoint, after the task writes `carried`, in one transaction."""
 
         async def put() -> RunnableConfig:
             configurable = config["configurable"].copy()
@@ -164,6 +202,8 @@ class InlinePostgresSaver(AsyncPostgresSaver):
                 else:
                     blob_values[key] = copy["channel_values"].pop(key)
             async with self._cursor(pipeline=True) as cur:
+                for query, params in carried:
+                    await cur.executemany(query, params)
                 if blob_versions := {k: v for k, v in new_versions.items() if k in blob_values}:
                     await cur.executemany(
                         self.UPSERT_CHECKPOINT_BLOBS_SQL,
@@ -188,7 +228,7 @@ class InlinePostgresSaver(AsyncPostgresSaver):
                 }
             }
 
-        return await self._write(config, put)
+        return put
 
     async def aput_writes(
         self,
@@ -198,26 +238,43 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, as the base class does, serialising on the event loop."""
+        await self._write(
+            config, self._writes_put([self._writes_statement(config, writes, task_id, task_path)])
+        )
+
+    def _writes_statement(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> _Statement:
+        """The statement that stores a task's writes, its values serialised now."""
+        query = (
+            self.UPSERT_CHECKPOINT_WRITES_SQL
+            if all(w[0] in WRITES_IDX_MAP for w in writes)
+            else self.INSERT_CHECKPOINT_WRITES_SQL
+        )
+        configurable = config["configurable"]
+        params = self._dump_writes(
+            configurable["thread_id"],
+            configurable["checkpoint_ns"],
+            configurable["checkpoint_id"],
+            task_id,
+            task_path,
+            writes,
+        )
+        return query, params
+
+    def _writes_put(self, statements: Sequence[_Statement]) -> Callable[[], Awaitable[None]]:
+        """The write that stores task writes, all in one transaction."""
 
         async def put() -> None:
-            query = (
-                self.UPSERT_CHECKPOINT_WRITES_SQL
-                if all(w[0] in WRITES_IDX_MAP for w in writes)
-                else self.INSERT_CHECKPOINT_WRITES_SQL
-            )
-            configurable = config["configurable"]
-            params = self._dump_writes(
-                configurable["thread_id"],
-                configurable["checkpoint_ns"],
-                configurable["checkpoint_id"],
-                task_id,
-                task_path,
-                writes,
-            )
             async with self._cursor(pipeline=True) as cur:
-                await cur.executemany(query, params)
+                for query, params in statements:
+                    await cur.executemany(query, params)
 
-        await self._write(config, put)
+        return put
 
     async def _write(self, config: RunnableConfig, write: Callable[[], Awaitable[T]]) -> T:
         """Run one of the writes of `aput` or `aput_writes`; here, as it is."""
@@ -230,7 +287,86 @@ class FencedPostgresSaver(InlinePostgresSaver):
     Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
     a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
     exactly as the base class.
+
+    A run's task writes are held, up to `hold_writes_s`, for the checkpoint that ends their
+    step: LangGraph stores them as each task ends and the step's checkpoint right after, in two
+    transactions; held, they go in the checkpoint's, first (docs/decisions/2018). Writes to
+    LangGraph's special channels (an interrupt, an error, a resume) are not followed by a
+    checkpoint: they go at once, with whatever was held for their checkpoint.
     """
+
+    def __init__(self, *args: Any, hold_writes_s: float = HOLD_WRITES_S, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hold_writes_s = hold_writes_s
+        # Task writes waiting for their step's checkpoint, by (thread, namespace, checkpoint).
+        self._held: dict[tuple[str, str, str], _Held] = {}
+        self._storing: set[asyncio.Task[None]] = set()
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint, with the task writes held for it (those of its parent)."""
+        held = self._take(config) if _fence_of(config) is not None else ()
+        return await self._write(
+            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, held)
+        )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes; a run's regular ones are held for its step's checkpoint."""
+        statement = self._writes_statement(config, writes, task_id, task_path)
+        if _fence_of(config) is None:
+            await self._write(config, self._writes_put([statement]))
+            return
+        if self._hold_writes_s > 0 and not any(w[0] in WRITES_IDX_MAP for w in writes):
+            self._hold(config, statement)
+            return
+        await self._write(config, self._writes_put([*self._take(config), statement]))
+
+    def _hold(self, config: RunnableConfig, statement: _Statement) -> None:
+        key = _held_key(config)
+        held = self._held.get(key)
+        if held is None:
+            timer = asyncio.get_running_loop().call_later(
+                self._hold_writes_s, self._store_held, key
+            )
+            held = self._held[key] = _Held(config, [], timer)
+        held.statements.append(statement)
+
+    def _take(self, config: RunnableConfig) -> list[_Statement]:
+        """Take what is held for the checkpoint `config` names (none when it names none)."""
+        if get_checkpoint_id(config) is None:
+            return []
+        held = self._held.pop(_held_key(config), None)
+        if held is None:
+            return []
+        held.timer.cancel()
+        return held.statements
+
+    def _store_held(self, key: tuple[str, str, str]) -> None:
+        """Store writes whose checkpoint did not come in time, by themselves."""
+        held = self._held.pop(key, None)
+        if held is None:
+            return
+        task = asyncio.ensure_future(self._write(held.config, self._writes_put(held.statements)))
+        self._storing.add(task)
+        task.add_done_callback(self._stored)
+
+    def _stored(self, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # As when LangGraph's own background write fails: the step's checkpoint, if it
+            # comes, holds what they wrote; if it does not, a later attempt runs the task again.
+            log.warning("task writes held for a checkpoint could not be stored: %s", exc)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Read a checkpoint; inside `reusing_reads()`, its thread's latest only once."""

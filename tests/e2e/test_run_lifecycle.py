@@ -10,6 +10,7 @@ import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
+from server.db.pool import Pool
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 from tests.support.live import read_sse, rebuild_output, serve
@@ -103,3 +104,25 @@ async def test_step_limit_fails_the_run_with_a_clear_reason(client: httpx.AsyncC
     assert run["status"] == "failed"
     assert run["error"]["type"] == "step_limit"
     assert "limit is 3" in run["error"]["message"]
+
+
+async def test_each_steps_task_writes_commit_with_the_checkpoint_that_ends_the_step(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    accepted = await start_run(client, "what is 6*7?", model="scripted:calc")
+    events = await read_sse(client, accepted["streamUrl"])
+    assert events[-1].event == "run.completed"
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT w.task_id, w.channel, w.xmin::text = c.xmin::text AS together"
+            " FROM checkpoint_writes w JOIN checkpoints c ON c.thread_id = w.thread_id"
+            " AND c.checkpoint_ns = w.checkpoint_ns AND c.parent_checkpoint_id = w.checkpoint_id"
+            " WHERE w.thread_id = %s",
+            (accepted["conversationId"],),
+        )
+        writes = await cur.fetchall()
+    # The node of each step wrote (the tool's answer among them), and every write went in
+    # the transaction of the checkpoint that followed it, not in one of its own.
+    assert {w["channel"] for w in writes} >= {"messages"}
+    assert len(writes) >= 5
+    assert [w for w in writes if not w["together"]] == []

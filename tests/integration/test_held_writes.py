@@ -1,0 +1,145 @@
+"""A run's task writes go in the transaction of the checkpoint that ends their step.
+
+LangGraph stores a task's writes as the task ends and the step's checkpoint right after.
+`FencedPostgresSaver` holds a run's regular writes for that checkpoint, up to its hold time,
+and stores them first in the checkpoint's transaction; writes to LangGraph's special channels
+(an interrupt, an error) go at once, with what was held; held writes whose checkpoint does not
+come are stored by themselves. Writes outside a run are never held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN, FencedPostgresSaver
+from server.db.pool import Pool
+from server.errors import LeaseLostError
+from server.events.log import RunHead
+from tests.integration.test_events_ride_checkpoints import _claimed
+
+pytestmark = pytest.mark.timeout(120)
+
+INTERRUPT = "__interrupt__"  # LangGraph's channel for an interrupt's writes
+
+
+async def _saver(pool: Pool, hold_s: float = 600.0) -> FencedPostgresSaver:
+    saver = FencedPostgresSaver(pool, hold_writes_s=hold_s)
+    await saver.setup()
+    return saver
+
+
+def _config(conv: str, head: RunHead | None, checkpoint_id: str | None = None) -> RunnableConfig:
+    configurable: dict[str, Any] = {"thread_id": conv, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    if head is not None:
+        configurable[FENCE_RUN] = head.run_id
+        configurable[FENCE_GENERATION] = head.generation
+    return {"configurable": configurable}
+
+
+async def _first(saver: FencedPostgresSaver, conv: str, head: RunHead | None) -> str:
+    """Store a thread's first checkpoint; return its id."""
+    stored = await saver.aput(_config(conv, head), empty_checkpoint(), {}, {})
+    return str(stored["configurable"]["checkpoint_id"])
+
+
+async def _writes(pool: Pool, conv: str) -> list[tuple[str, str, str]]:
+    """The thread's stored writes: (task, channel, id of the transaction that stored them)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT task_id, channel, xmin::text AS tx FROM checkpoint_writes"
+            " WHERE thread_id = %s ORDER BY task_id, idx",
+            (conv,),
+        )
+        return [(r["task_id"], r["channel"], r["tx"]) for r in await cur.fetchall()]
+
+
+async def _checkpoint_tx(pool: Pool, conv: str, checkpoint_id: str) -> str:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT xmin::text AS tx FROM checkpoints WHERE thread_id = %s AND checkpoint_id = %s",
+            (conv, checkpoint_id),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return str(row["tx"])
+
+
+async def test_a_runs_task_writes_commit_with_the_checkpoint_that_ends_their_step(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    step = _config(conv, head, parent)
+    await saver.aput_writes(step, [("messages", ["a"])], "task-a")
+    await saver.aput_writes(step, [("messages", ["b"]), ("topic", "t")], "task-b")
+    assert await _writes(pool, conv) == []  # held for the step's checkpoint
+
+    stored = await saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), {}, {})
+    tx = await _checkpoint_tx(pool, conv, stored["configurable"]["checkpoint_id"])
+    assert await _writes(pool, conv) == [
+        ("task-a", "messages", tx),
+        ("task-b", "messages", tx),
+        ("task-b", "topic", tx),
+    ]
+
+
+async def test_an_interrupt_is_stored_at_once_with_what_was_held_for_its_checkpoint(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    step = _config(conv, head, parent)
+    await saver.aput_writes(step, [("messages", ["done"])], "task-a")
+    await saver.aput_writes(step, [(INTERRUPT, {"value": "approve?"})], "task-b")
+    stored = await _writes(pool, conv)
+    assert [(task, channel) for task, channel, _ in stored] == [
+        ("task-a", "messages"),
+        ("task-b", INTERRUPT),
+    ]
+    assert len({tx for _, _, tx in stored}) == 1  # one transaction
+
+
+async def test_held_writes_whose_checkpoint_does_not_come_are_stored_by_themselves(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool, hold_s=0.05)
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    await saver.aput_writes(_config(conv, head, parent), [("messages", ["a"])], "task-a")
+    async with asyncio.timeout(60):
+        while not await _writes(pool, conv):  # noqa: ASYNC110 (rows, no event of their own)
+            await asyncio.sleep(0.02)
+    assert [(t, c) for t, c, _ in await _writes(pool, conv)] == [("task-a", "messages")]
+
+
+async def test_writes_outside_a_run_are_stored_at_once(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv = "thread-unfenced"
+    parent = await _first(saver, conv, None)
+    await saver.aput_writes(_config(conv, None, parent), [("messages", ["a"])], "task-a")
+    assert [(t, c) for t, c, _ in await _writes(pool, conv)] == [("task-a", "messages")]
+
+
+async def test_held_writes_of_a_lost_lease_are_refused_with_the_checkpoint(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    step = _config(conv, head, parent)
+    await saver.aput_writes(step, [("messages", ["late"])], "task-a")
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE runs SET lease_generation = lease_generation + 1 WHERE id = %s",
+            (head.run_id,),
+        )
+    with pytest.raises(LeaseLostError):
+        await saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), {}, {})
+    assert await _writes(pool, conv) == []
