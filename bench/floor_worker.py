@@ -13,7 +13,8 @@ guarantees:
 - **Fencing.** Every write of an attempt, checkpoint or event, runs in one transaction with
   `floor_fence(run, generation)`, which takes the run's shared advisory lock and fails when
   the generation moved on; a takeover takes that lock exclusively before it bumps it. A
-  worker that lost its lease can write nothing that wins.
+  worker that lost its lease can write nothing that wins. A step's task writes wait for the
+  step's checkpoint and commit in its transaction (`HoldingPostgresSaver`), as agentrt's do.
 - **Tools run once.** The tool call is recorded (committed) before the tool runs, and its
   result (committed) before the graph goes on; a later attempt finds the result and does not
   run the tool again.
@@ -50,7 +51,7 @@ from bench.engine import Engine, engine
 from bench.floor_log import CREATED, TERMINAL, Pool, Writer, encode, event_pool
 from graphs.context import RunContext
 from server import loops
-from server.db.checkpoint import InlinePostgresSaver
+from server.db.checkpoint import HoldingPostgresSaver
 from server.events.projection import STREAM_MODES
 
 QUEUED_CHANNEL = "floor_runs"
@@ -143,8 +144,15 @@ async def accept(pool: Pool, run_id: str) -> None:
         await conn.execute(ACCEPT, {"run": run_id, "created": CREATED})
 
 
-class FencedSaver(InlinePostgresSaver):
-    """The inline saver whose writes for an attempt first pass `floor_fence`, in their txn."""
+class FencedSaver(HoldingPostgresSaver):
+    """The holding saver whose writes for an attempt first pass `floor_fence`, in their txn.
+
+    An attempt's task writes wait for the checkpoint of their step and go in its transaction,
+    as agentrt's do (docs/decisions/2018).
+    """
+
+    def _holds(self, config: RunnableConfig) -> bool:
+        return _attempt.get() is not None
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:

@@ -281,18 +281,16 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         return await write()
 
 
-class FencedPostgresSaver(InlinePostgresSaver):
-    """`InlinePostgresSaver` whose writes for a leased run are refused once the lease is lost.
+class HoldingPostgresSaver(InlinePostgresSaver):
+    """`InlinePostgresSaver` that stores a step's task writes with the step's checkpoint.
 
-    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
-    a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
-    exactly as the base class.
-
-    A run's task writes are held, up to `hold_writes_s`, for the checkpoint that ends their
-    step: LangGraph stores them as each task ends and the step's checkpoint right after, in two
-    transactions; held, they go in the checkpoint's, first (docs/decisions/2018). Writes to
-    LangGraph's special channels (an interrupt, an error, a resume) are not followed by a
-    checkpoint: they go at once, with whatever was held for their checkpoint.
+    LangGraph stores a task's writes as the task ends and the step's checkpoint right after,
+    in two transactions. Task writes that `_holds` accepts are held, up to `hold_writes_s`,
+    for the checkpoint that ends their step, and go first in its transaction
+    (docs/decisions/2018). Writes to LangGraph's special channels (an interrupt, an error, a
+    resume, a scheduled task) are followed by no checkpoint: they go at once, with whatever
+    was held for their checkpoint. Held writes whose checkpoint does not come in time are
+    stored by themselves.
     """
 
     def __init__(self, *args: Any, hold_writes_s: float = HOLD_WRITES_S, **kwargs: Any) -> None:
@@ -310,7 +308,7 @@ class FencedPostgresSaver(InlinePostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint, with the task writes held for it (those of its parent)."""
-        held = self._take(config) if _fence_of(config) is not None else ()
+        held = self._take(config) if self._holds(config) else ()
         return await self._write(
             config, self._checkpoint_put(config, checkpoint, metadata, new_versions, held)
         )
@@ -322,9 +320,9 @@ class FencedPostgresSaver(InlinePostgresSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes; a run's regular ones are held for its step's checkpoint."""
+        """Store a task's writes; regular ones that `_holds` accepts wait for the checkpoint."""
         statement = self._writes_statement(config, writes, task_id, task_path)
-        if _fence_of(config) is None:
+        if not self._holds(config):
             await self._write(config, self._writes_put([statement]))
             return
         if self._hold_writes_s > 0 and not any(w[0] in WRITES_IDX_MAP for w in writes):
@@ -367,6 +365,23 @@ class FencedPostgresSaver(InlinePostgresSaver):
             # As when LangGraph's own background write fails: the step's checkpoint, if it
             # comes, holds what they wrote; if it does not, a later attempt runs the task again.
             log.warning("task writes held for a checkpoint could not be stored: %s", exc)
+
+    def _holds(self, config: RunnableConfig) -> bool:
+        """Say whether task writes stored under `config` may be held; here, all."""
+        return True
+
+
+class FencedPostgresSaver(HoldingPostgresSaver):
+    """`HoldingPostgresSaver` whose writes for a leased run are refused once the lease is lost.
+
+    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
+    a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
+    exactly as `InlinePostgresSaver`; a run's task writes are held for its step's checkpoint.
+    """
+
+    def _holds(self, config: RunnableConfig) -> bool:
+        """Hold the task writes of runs only (those with a fence)."""
+        return _fence_of(config) is not None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Read a checkpoint; inside `reusing_reads()`, its thread's latest only once."""

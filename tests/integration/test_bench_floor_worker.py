@@ -44,6 +44,16 @@ async def test_a_queued_run_is_claimed_run_and_logged_once(database_url: str) ->
                 (run_id,),
             )
             run = await cur.fetchone()
+            # Each step's task writes went in the transaction of the step's checkpoint.
+            cur = await conn.execute(
+                "SELECT bool_and(w.xmin::text = c.xmin::text) AS together, count(*) AS writes"
+                " FROM checkpoint_writes w JOIN checkpoints c ON c.thread_id = w.thread_id"
+                " AND c.checkpoint_ns = w.checkpoint_ns"
+                " AND c.parent_checkpoint_id = w.checkpoint_id WHERE w.thread_id = %s",
+                (run_id,),
+            )
+            writes = await cur.fetchone()
+    assert writes is not None and writes["together"] is True and writes["writes"] >= 5
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = [e["data"]["type"] for e in events]
     assert types[:2] == ["run.created", "run.started"] and types[-1] == "run.completed"
