@@ -296,9 +296,10 @@ class HoldingPostgresSaver(InlinePostgresSaver):
     def __init__(self, *args: Any, hold_writes_s: float = HOLD_WRITES_S, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hold_writes_s = hold_writes_s
-        # Task writes waiting for their step's checkpoint, by (thread, namespace, checkpoint).
+        # Task writes waiting for their step's checkpoint, by (thread, namespace, checkpoint),
+        # and those that waited too long, being stored by themselves.
         self._held: dict[tuple[str, str, str], _Held] = {}
-        self._storing: set[asyncio.Task[None]] = set()
+        self._storing: dict[tuple[str, str, str], asyncio.Future[None]] = {}
 
     async def aput(
         self,
@@ -308,7 +309,15 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint, with the task writes held for it (those of its parent)."""
-        held = self._take(config) if self._holds(config) else ()
+        held: list[_Statement] = []
+        if self._holds(config):
+            held = self._take(config)
+            if get_checkpoint_id(config) is not None and (
+                storing := self._storing.get(_held_key(config))
+            ):
+                # Writes that waited too long are being stored: they go first, as LangGraph's
+                # would (a checkpoint may rely on them, a delta channel's for one).
+                await asyncio.wait([storing])
         return await self._write(
             config, self._checkpoint_put(config, checkpoint, metadata, new_versions, held)
         )
@@ -356,11 +365,12 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         if held is None:
             return
         task = asyncio.ensure_future(self._write(held.config, self._writes_put(held.statements)))
-        self._storing.add(task)
-        task.add_done_callback(self._stored)
+        self._storing[key] = task
+        task.add_done_callback(lambda done: self._stored(key, done))
 
-    def _stored(self, task: asyncio.Task[None]) -> None:
-        self._storing.discard(task)
+    def _stored(self, key: tuple[str, str, str], task: asyncio.Future[None]) -> None:
+        if self._storing.get(key) is task:
+            del self._storing[key]
         if not task.cancelled() and (exc := task.exception()) is not None:
             # As when LangGraph's own background write fails: the step's checkpoint, if it
             # comes, holds what they wrote; if it does not, a later attempt runs the task again.

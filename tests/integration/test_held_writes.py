@@ -143,3 +143,50 @@ async def test_held_writes_of_a_lost_lease_are_refused_with_the_checkpoint(pool:
     with pytest.raises(LeaseLostError):
         await saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), {}, {})
     assert await _writes(pool, conv) == []
+
+
+async def test_a_checkpoint_waits_for_its_writes_stored_after_the_hold(pool: Pool) -> None:
+    saver = await _saver(pool, hold_s=0.01)
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    step = _config(conv, head, parent)
+    async with pool.connection() as blocker:
+        # A takeover's lock on the run's fence: the writes stored after the hold wait on it.
+        await blocker.execute("BEGIN")
+        await blocker.execute(
+            "SELECT pg_advisory_xact_lock(7301, agentrt_fence_key(%s))", (head.run_id,)
+        )
+        await saver.aput_writes(step, [("messages", ["a"])], "task-a")
+        async with asyncio.timeout(60):
+            while await _waiting_on_the_fence(pool) < 1:  # noqa: ASYNC110 (a lock wait)
+                await asyncio.sleep(0.02)
+        put = asyncio.ensure_future(
+            saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), {}, {})
+        )
+        # The checkpoint waits for those writes in the worker, not beside them at the lock: a
+        # write that did not wait would queue there within milliseconds (watched for 1 s).
+        loop = asyncio.get_running_loop()
+        watch_until = loop.time() + 1.0
+        while loop.time() < watch_until:
+            assert await _waiting_on_the_fence(pool) == 1
+            await asyncio.sleep(0.02)
+        assert not put.done()
+        await blocker.execute("COMMIT")
+    stored = await put
+    writes_tx = {int(tx) for _, _, tx in await _writes(pool, conv)}
+    checkpoint_tx = int(await _checkpoint_tx(pool, conv, stored["configurable"]["checkpoint_id"]))
+    assert len(writes_tx) == 1
+    assert writes_tx.pop() < checkpoint_tx  # the writes' transaction came first
+
+
+async def _waiting_on_the_fence(pool: Pool) -> int:
+    """How many transactions wait for an advisory lock (the run's fence)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND classid = 7301"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
