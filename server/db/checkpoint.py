@@ -170,9 +170,14 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint, as the base class does, serialising on the event loop."""
+        carried = await self._carried(config)
         return await self._write(
-            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, ())
+            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, carried)
         )
+
+    async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
+        """Task writes to store first in the transaction of the checkpoint `config` puts."""
+        return ()
 
     def _checkpoint_put(
         self,
@@ -238,9 +243,15 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         task_path: str = "",
     ) -> None:
         """Store a task's writes, as the base class does, serialising on the event loop."""
-        await self._write(
-            config, self._writes_put([self._writes_statement(config, writes, task_id, task_path)])
-        )
+        statement = self._writes_statement(config, writes, task_id, task_path)
+        if statements := self._to_store(config, writes, statement):
+            await self._write(config, self._writes_put(statements))
+
+    def _to_store(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], statement: _Statement
+    ) -> list[_Statement]:
+        """What a task's writes store now: their statement (none if it waits for later)."""
+        return [statement]
 
     def _writes_statement(
         self,
@@ -301,43 +312,27 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         self._held: dict[tuple[str, str, str], _Held] = {}
         self._storing: dict[tuple[str, str, str], asyncio.Future[None]] = {}
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint, with the task writes held for it (those of its parent)."""
-        held: list[_Statement] = []
-        if self._holds(config):
-            held = self._take(config)
-            if get_checkpoint_id(config) is not None and (
-                storing := self._storing.get(_held_key(config))
-            ):
-                # Writes that waited too long are being stored: they go first, as LangGraph's
-                # would (a checkpoint may rely on them, a delta channel's for one).
-                await asyncio.wait([storing])
-        return await self._write(
-            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, held)
-        )
+    async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
+        """The task writes held for the checkpoint `config` puts (those of its parent)."""
+        if not self._holds(config) or get_checkpoint_id(config) is None:
+            return ()
+        held = self._take(config)
+        if storing := self._storing.get(_held_key(config)):
+            # Writes that waited too long are being stored: they go first, as LangGraph's
+            # would (a checkpoint may rely on them, a delta channel's for one).
+            await asyncio.wait([storing])
+        return held
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes; regular ones that `_holds` accepts wait for the checkpoint."""
-        statement = self._writes_statement(config, writes, task_id, task_path)
+    def _to_store(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], statement: _Statement
+    ) -> list[_Statement]:
+        """Hold regular writes for the step's checkpoint; the others go with what was held."""
         if not self._holds(config):
-            await self._write(config, self._writes_put([statement]))
-            return
+            return [statement]
         if self._hold_writes_s > 0 and not any(w[0] in WRITES_IDX_MAP for w in writes):
             self._hold(config, statement)
-            return
-        await self._write(config, self._writes_put([*self._take(config), statement]))
+            return []
+        return [*self._take(config), statement]
 
     def _hold(self, config: RunnableConfig, statement: _Statement) -> None:
         key = _held_key(config)

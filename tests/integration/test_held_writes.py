@@ -49,6 +49,13 @@ async def _first(saver: FencedPostgresSaver, conv: str, head: RunHead | None) ->
     return str(stored["configurable"]["checkpoint_id"])
 
 
+async def _step(pool: Pool, saver: FencedPostgresSaver) -> tuple[str, RunHead, RunnableConfig]:
+    """A claimed run's thread, head, and the config of a step after its first checkpoint."""
+    conv, head = await _claimed(pool)
+    parent = await _first(saver, conv, head)
+    return conv, head, _config(conv, head, parent)
+
+
 async def _writes(pool: Pool, conv: str) -> list[tuple[str, str, str]]:
     """The thread's stored writes: (task, channel, id of the transaction that stored them)."""
     async with pool.connection() as conn:
@@ -75,9 +82,7 @@ async def test_a_runs_task_writes_commit_with_the_checkpoint_that_ends_their_ste
     pool: Pool,
 ) -> None:
     saver = await _saver(pool)
-    conv, head = await _claimed(pool)
-    parent = await _first(saver, conv, head)
-    step = _config(conv, head, parent)
+    conv, _, step = await _step(pool, saver)
     await saver.aput_writes(step, [("messages", ["a"])], "task-a")
     await saver.aput_writes(step, [("messages", ["b"]), ("topic", "t")], "task-b")
     assert await _writes(pool, conv) == []  # held for the step's checkpoint
@@ -95,9 +100,7 @@ async def test_an_interrupt_is_stored_at_once_with_what_was_held_for_its_checkpo
     pool: Pool,
 ) -> None:
     saver = await _saver(pool)
-    conv, head = await _claimed(pool)
-    parent = await _first(saver, conv, head)
-    step = _config(conv, head, parent)
+    conv, _, step = await _step(pool, saver)
     await saver.aput_writes(step, [("messages", ["done"])], "task-a")
     await saver.aput_writes(step, [(INTERRUPT, {"value": "approve?"})], "task-b")
     stored = await _writes(pool, conv)
@@ -112,9 +115,8 @@ async def test_held_writes_whose_checkpoint_does_not_come_are_stored_by_themselv
     pool: Pool,
 ) -> None:
     saver = await _saver(pool, hold_s=0.05)
-    conv, head = await _claimed(pool)
-    parent = await _first(saver, conv, head)
-    await saver.aput_writes(_config(conv, head, parent), [("messages", ["a"])], "task-a")
+    conv, _, step = await _step(pool, saver)
+    await saver.aput_writes(step, [("messages", ["a"])], "task-a")
     async with asyncio.timeout(60):
         while not await _writes(pool, conv):  # noqa: ASYNC110 (rows, no event of their own)
             await asyncio.sleep(0.02)
@@ -131,9 +133,7 @@ async def test_writes_outside_a_run_are_stored_at_once(pool: Pool) -> None:
 
 async def test_held_writes_of_a_lost_lease_are_refused_with_the_checkpoint(pool: Pool) -> None:
     saver = await _saver(pool)
-    conv, head = await _claimed(pool)
-    parent = await _first(saver, conv, head)
-    step = _config(conv, head, parent)
+    conv, head, step = await _step(pool, saver)
     await saver.aput_writes(step, [("messages", ["late"])], "task-a")
     async with pool.connection() as conn:
         await conn.execute(
@@ -147,9 +147,7 @@ async def test_held_writes_of_a_lost_lease_are_refused_with_the_checkpoint(pool:
 
 async def test_a_checkpoint_waits_for_its_writes_stored_after_the_hold(pool: Pool) -> None:
     saver = await _saver(pool, hold_s=0.01)
-    conv, head = await _claimed(pool)
-    parent = await _first(saver, conv, head)
-    step = _config(conv, head, parent)
+    conv, head, step = await _step(pool, saver)
     async with pool.connection() as blocker:
         # A takeover's lock on the run's fence: the writes stored after the hold wait on it.
         await blocker.execute("BEGIN")
