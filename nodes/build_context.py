@@ -6,7 +6,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
 from graphs.context import RunContext
@@ -50,12 +49,11 @@ async def assemble(
         state=state,
     )
     tools = visible_tools(state, context.tools)
-    schemas = [convert_to_openai_tool(t) for t in tools]
     built = await build(
         messages,
         setup,
         request,
-        tools_tokens=tools_tokens(schemas, setup.counter),
+        tools_tokens=tools_tokens(tools, setup.counter),
         counts=state.get("token_counts") or {},
         emit=emit,
         step=step,

@@ -11,13 +11,15 @@ import importlib.util
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 # Role, separators and name around every message in a chat request (OpenAI's cookbook figure).
 MESSAGE_OVERHEAD = 4
@@ -137,8 +139,28 @@ def message_tokens(message: BaseMessage, counter: TokenCounter) -> int:
     return counter.count(message_text(message)) + MESSAGE_OVERHEAD
 
 
-def tools_tokens(schemas: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
-    """Return the tokens the tools' JSON schemas cost in a request."""
-    if not schemas:
+# The JSON text of a tool's schema as a model is shown it, by tool. Converting a tool walks
+# its argument model (about a tenth of a millisecond for a small one) and every step of every
+# run counts the same tools again. Tools are built by their registry and not changed after
+# (a tool that changes, an MCP server's after a refresh, is a new object); the entry keeps
+# its tool, so a reused `id` never matches another tool's.
+_SCHEMA_TEXTS: dict[int, tuple[BaseTool, str]] = {}
+_SCHEMA_TEXTS_MAX = 4096
+
+
+def _schema_text(tool: BaseTool) -> str:
+    kept = _SCHEMA_TEXTS.get(id(tool))
+    if kept is not None and kept[0] is tool:
+        return kept[1]
+    text = json.dumps(convert_to_openai_tool(tool), ensure_ascii=False, sort_keys=True)
+    if len(_SCHEMA_TEXTS) >= _SCHEMA_TEXTS_MAX:
+        _SCHEMA_TEXTS.clear()
+    _SCHEMA_TEXTS[id(tool)] = (tool, text)
+    return text
+
+
+def tools_tokens(tools: Sequence[BaseTool], counter: TokenCounter) -> int:
+    """Return the tokens the tools' JSON schemas (as a model is shown them) cost in a request."""
+    if not tools:
         return 0
-    return counter.count(json.dumps(list(schemas), ensure_ascii=False, sort_keys=True))
+    return counter.count("[" + ", ".join(_schema_text(t) for t in tools) + "]")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from nodes.context.engine import build
 from nodes.context.sections import SectionRequest, SectionSpec, default_registry
 from nodes.context.setup import ContextPolicy, ContextSetup
 from nodes.context.summary import InMemorySummaryStore
-from nodes.context.tokens import EstimateCounter, counter_for, message_tokens
+from nodes.context.tokens import EstimateCounter, counter_for, message_tokens, tools_tokens
 from nodes.errors import ContextOverflowError
 
 pytestmark = pytest.mark.timeout(30)
@@ -263,3 +266,29 @@ async def test_a_replaced_message_is_counted_again_within_a_run() -> None:
         assert sections["history"] + sections["current"] == sum(
             message_tokens(m, counter) for m in sent
         )
+
+
+def test_the_tools_schemas_cost_what_the_model_is_shown_and_a_changed_tool_is_counted_anew() -> (
+    None
+):
+    def lookup(city: str, days: int = 1) -> str:
+        """Look up the weather of a city for some days."""
+        return city
+
+    def shout(text: str) -> str:
+        """Say the text louder."""
+        return text.upper()
+
+    counter = EstimateCounter()
+    tools = [StructuredTool.from_function(lookup), StructuredTool.from_function(shout)]
+    shown = json.dumps(
+        [convert_to_openai_tool(t) for t in tools], ensure_ascii=False, sort_keys=True
+    )
+    assert tools_tokens(tools, counter) == counter.count(shown)
+    assert tools_tokens(tools, counter) == counter.count(shown)  # counted again, the same
+    assert tools_tokens([], counter) == 0
+
+    longer = StructuredTool.from_function(
+        shout, description="Say the text louder, so that everyone in the room hears it."
+    )
+    assert tools_tokens([tools[0], longer], counter) > tools_tokens(tools, counter)
