@@ -345,9 +345,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         held.statements.append(statement)
 
     def _take(self, config: RunnableConfig) -> list[_Statement]:
-        """Take what is held for the checkpoint `config` names (none when it names none)."""
-        if get_checkpoint_id(config) is None:
-            return []
+        """Take what is held for the checkpoint `config` names."""
         held = self._held.pop(_held_key(config), None)
         if held is None:
             return []
