@@ -171,69 +171,63 @@ class InlinePostgresSaver(AsyncPostgresSaver):
     ) -> RunnableConfig:
         """Store a checkpoint, as the base class does, serialising on the event loop."""
         carried = await self._carried(config)
-        return await self._write(
-            config, self._checkpoint_put(config, checkpoint, metadata, new_versions, carried)
-        )
+        statements, stored = self._checkpoint_statements(config, checkpoint, metadata, new_versions)
+        await self._write(config, self._statements_put([*carried, *statements]))
+        return stored
 
     async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
         """Task writes to store first in the transaction of the checkpoint `config` puts."""
         return ()
 
-    def _checkpoint_put(
+    def _checkpoint_statements(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-        carried: Sequence[_Statement],
-    ) -> Callable[[], Awaitable[RunnableConfig]]:
-        """The write storing a checkpoint, after the task writes `carried`, in one transaction."""
-
-        async def put() -> RunnableConfig:
-            configurable = config["configurable"].copy()
-            thread_id = configurable.pop("thread_id")
-            checkpoint_ns = configurable.pop("checkpoint_ns")
-            checkpoint_id = configurable.pop("checkpoint_id", None)
-            copy = checkpoint.copy()
-            copy["channel_values"] = copy["channel_values"].copy()
-            # Primitive values stay inline in the checkpoint's row; the others go to blobs.
-            blob_values = {}
-            for key, value in checkpoint["channel_values"].items():
-                if isinstance(value, _DeltaSnapshot):
-                    blob_values[key] = copy["channel_values"].pop(key)
-                    copy["channel_values"][key] = True
-                elif value is None or isinstance(value, (str, int, float, bool)):
-                    pass
-                else:
-                    blob_values[key] = copy["channel_values"].pop(key)
-            async with self._cursor(pipeline=True) as cur:
-                for query, params in carried:
-                    await cur.executemany(query, params)
-                if blob_versions := {k: v for k, v in new_versions.items() if k in blob_values}:
-                    await cur.executemany(
-                        self.UPSERT_CHECKPOINT_BLOBS_SQL,
-                        self._dump_blobs(thread_id, checkpoint_ns, blob_values, blob_versions),
-                    )
-                await cur.execute(
-                    self.UPSERT_CHECKPOINTS_SQL,
-                    (
-                        thread_id,
-                        checkpoint_ns,
-                        checkpoint["id"],
-                        checkpoint_id,
-                        Jsonb(copy),
-                        Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
-                    ),
+    ) -> tuple[list[_Statement], RunnableConfig]:
+        """The statements storing a checkpoint, its values serialised now; and its config."""
+        configurable = config["configurable"].copy()
+        thread_id = configurable.pop("thread_id")
+        checkpoint_ns = configurable.pop("checkpoint_ns")
+        checkpoint_id = configurable.pop("checkpoint_id", None)
+        copy = checkpoint.copy()
+        copy["channel_values"] = copy["channel_values"].copy()
+        # Primitive values stay inline in the checkpoint's row; the others go to blobs.
+        blob_values = {}
+        for key, value in checkpoint["channel_values"].items():
+            if isinstance(value, _DeltaSnapshot):
+                blob_values[key] = copy["channel_values"].pop(key)
+                copy["channel_values"][key] = True
+            elif value is None or isinstance(value, (str, int, float, bool)):
+                pass
+            else:
+                blob_values[key] = copy["channel_values"].pop(key)
+        statements: list[_Statement] = []
+        if blob_versions := {k: v for k, v in new_versions.items() if k in blob_values}:
+            statements.append(
+                (
+                    self.UPSERT_CHECKPOINT_BLOBS_SQL,
+                    self._dump_blobs(thread_id, checkpoint_ns, blob_values, blob_versions),
                 )
-            return {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint["id"],
-                }
+            )
+        row = (
+            thread_id,
+            checkpoint_ns,
+            checkpoint["id"],
+            checkpoint_id,
+            Jsonb(copy),
+            Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+        )
+        statements.append((self.UPSERT_CHECKPOINTS_SQL, [row]))
+        stored: RunnableConfig = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint["id"],
             }
-
-        return put
+        }
+        return statements, stored
 
     async def aput_writes(
         self,
@@ -245,7 +239,7 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         """Store a task's writes, as the base class does, serialising on the event loop."""
         statement = self._writes_statement(config, writes, task_id, task_path)
         if statements := self._to_store(config, writes, statement):
-            await self._write(config, self._writes_put(statements))
+            await self._write(config, self._statements_put(statements))
 
     def _to_store(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], statement: _Statement
@@ -277,8 +271,8 @@ class InlinePostgresSaver(AsyncPostgresSaver):
         )
         return query, params
 
-    def _writes_put(self, statements: Sequence[_Statement]) -> Callable[[], Awaitable[None]]:
-        """The write that stores task writes, all in one transaction."""
+    def _statements_put(self, statements: Sequence[_Statement]) -> Callable[[], Awaitable[None]]:
+        """The write that runs `statements` (a checkpoint's, task writes), in one transaction."""
 
         async def put() -> None:
             async with self._cursor(pipeline=True) as cur:
@@ -301,7 +295,8 @@ class HoldingPostgresSaver(InlinePostgresSaver):
     (docs/decisions/2018). Writes to LangGraph's special channels (an interrupt, an error, a
     resume, a scheduled task) are followed by no checkpoint: they go at once, with whatever
     was held for their checkpoint. Held writes whose checkpoint does not come in time are
-    stored by themselves.
+    stored by themselves. A run's input checkpoint is held the same way, with its writes, for
+    the first step's checkpoint.
     """
 
     def __init__(self, *args: Any, hold_writes_s: float = HOLD_WRITES_S, **kwargs: Any) -> None:
@@ -312,8 +307,32 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         self._held: dict[tuple[str, str, str], _Held] = {}
         self._storing: dict[tuple[str, str, str], asyncio.Future[None]] = {}
 
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; a run's input checkpoint waits for its first step's.
+
+        LangGraph stores the input as a checkpoint of its own, then runs its own `__start__`
+        task (which only copies the input into the state's channels) and stores the first
+        step's checkpoint. Held like task writes, the input checkpoint and `__start__`'s writes
+        go first in that checkpoint's transaction: one transaction fewer before the first node
+        runs, and a crash between the two finds neither, as one during `__start__` would.
+        """
+        if not (
+            metadata.get("source") == "input" and self._holds(config) and self._hold_writes_s > 0
+        ):
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        carried = await self._carried(config)
+        statements, stored = self._checkpoint_statements(config, checkpoint, metadata, new_versions)
+        self._hold(_held_key(stored), config, [*carried, *statements])
+        return stored
+
     async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
-        """The task writes held for the checkpoint `config` puts (those of its parent)."""
+        """What is held for the checkpoint `config` puts: its parent's writes (and parent)."""
         if not self._holds(config) or get_checkpoint_id(config) is None:
             return ()
         held = self._take(config)
@@ -330,19 +349,21 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         if not self._holds(config):
             return [statement]
         if self._hold_writes_s > 0 and not any(w[0] in WRITES_IDX_MAP for w in writes):
-            self._hold(config, statement)
+            self._hold(_held_key(config), config, [statement])
             return []
         return [*self._take(config), statement]
 
-    def _hold(self, config: RunnableConfig, statement: _Statement) -> None:
-        key = _held_key(config)
+    def _hold(
+        self, key: tuple[str, str, str], config: RunnableConfig, statements: list[_Statement]
+    ) -> None:
+        """Hold `statements` for the checkpoint `key` names; `config` carries the fence."""
         held = self._held.get(key)
         if held is None:
             timer = asyncio.get_running_loop().call_later(
                 self._hold_writes_s, self._store_held, key
             )
             held = self._held[key] = _Held(config, [], timer)
-        held.statements.append(statement)
+        held.statements.extend(statements)
 
     def _take(self, config: RunnableConfig) -> list[_Statement]:
         """Take what is held for the checkpoint `config` names."""
@@ -357,7 +378,9 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         held = self._held.pop(key, None)
         if held is None:
             return
-        task = asyncio.ensure_future(self._write(held.config, self._writes_put(held.statements)))
+        task = asyncio.ensure_future(
+            self._write(held.config, self._statements_put(held.statements))
+        )
         self._storing[key] = task
         task.add_done_callback(lambda done: self._stored(key, done))
 

@@ -126,3 +126,14 @@ async def test_each_steps_task_writes_commit_with_the_checkpoint_that_ends_the_s
     assert {w["channel"] for w in writes} >= {"messages"}
     assert len(writes) >= 5
     assert [w for w in writes if not w["together"]] == []
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT c.metadata->>'source' AS source, c.xmin::text = n.xmin::text AS together"
+            " FROM checkpoints c JOIN checkpoints n ON n.thread_id = c.thread_id"
+            " AND n.checkpoint_ns = c.checkpoint_ns AND n.parent_checkpoint_id = c.checkpoint_id"
+            " WHERE c.thread_id = %s AND c.metadata->>'source' = 'input'",
+            (accepted["conversationId"],),
+        )
+        inputs = await cur.fetchall()
+    # The input checkpoint went in the transaction of the first step's checkpoint.
+    assert inputs == [{"source": "input", "together": True}]

@@ -4,7 +4,8 @@ LangGraph stores a task's writes as the task ends and the step's checkpoint righ
 `FencedPostgresSaver` holds a run's regular writes for that checkpoint, up to its hold time,
 and stores them first in the checkpoint's transaction; writes to LangGraph's special channels
 (an interrupt, an error) go at once, with what was held; held writes whose checkpoint does not
-come are stored by themselves. Writes outside a run are never held.
+come are stored by themselves. A run's input checkpoint is held, with its writes, for its
+first step's checkpoint. Writes outside a run are never held.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from tests.integration.test_events_ride_checkpoints import _claimed
 pytestmark = pytest.mark.timeout(120)
 
 INTERRUPT = "__interrupt__"  # LangGraph's channel for an interrupt's writes
+ERROR = "__error__"  # LangGraph's channel for a task's error
+INPUT: dict[str, Any] = {"source": "input", "step": -1}  # an input checkpoint's metadata
 
 
 async def _saver(pool: Pool, hold_s: float = 600.0) -> FencedPostgresSaver:
@@ -175,6 +178,73 @@ async def test_a_checkpoint_waits_for_its_writes_stored_after_the_hold(pool: Poo
     checkpoint_tx = int(await _checkpoint_tx(pool, conv, stored["configurable"]["checkpoint_id"]))
     assert len(writes_tx) == 1
     assert writes_tx.pop() < checkpoint_tx  # the writes' transaction came first
+
+
+async def _checkpoints(pool: Pool, conv: str) -> list[tuple[str, str]]:
+    """The thread's stored checkpoints: (source, id of the transaction that stored them)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT metadata->>'source' AS source, xmin::text AS tx FROM checkpoints"
+            " WHERE thread_id = %s ORDER BY checkpoint_id",
+            (conv,),
+        )
+        return [(r["source"], r["tx"]) for r in await cur.fetchall()]
+
+
+async def test_a_runs_input_checkpoint_commits_with_its_first_steps_checkpoint(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    stored = await saver.aput(step, base, INPUT, {})
+    first = {**step, "configurable": {**step["configurable"], **stored["configurable"]}}
+    await saver.aput_writes(first, [("messages", ["go"])], "start")
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]  # the thread's first only
+
+    after = await saver.aput(first, create_checkpoint(base, None, 2), {"source": "loop"}, {})
+    assert after["configurable"]["checkpoint_id"] != stored["configurable"]["checkpoint_id"]
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "input", "loop"]
+    tx = checkpoints[-1][1]
+    assert checkpoints[1][1] == tx
+    assert await _writes(pool, conv) == [("start", "messages", tx)]
+
+
+async def test_an_input_checkpoint_whose_step_does_not_come_is_stored_with_its_writes(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool, hold_s=0.05)
+    conv, _, step = await _step(pool, saver)
+    stored = await saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), INPUT, {})
+    first = {**step, "configurable": {**step["configurable"], **stored["configurable"]}}
+    await saver.aput_writes(first, [("messages", ["go"])], "start")
+    async with asyncio.timeout(60):
+        while not await _writes(pool, conv):  # noqa: ASYNC110 (rows, no event of their own)
+            await asyncio.sleep(0.02)
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "input"]
+    assert await _writes(pool, conv) == [("start", "messages", checkpoints[-1][1])]
+
+
+async def test_an_error_of_the_first_task_stores_the_held_input_checkpoint_first(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    stored = await saver.aput(step, create_checkpoint(empty_checkpoint(), None, 1), INPUT, {})
+    first = {**step, "configurable": {**step["configurable"], **stored["configurable"]}}
+    await saver.aput_writes(first, [(ERROR, "bad input")], "start")
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "input"]
+    assert await _writes(pool, conv) == [("start", ERROR, checkpoints[-1][1])]
+
+
+async def test_an_input_checkpoint_outside_a_run_is_stored_at_once(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv = "thread-unfenced-input"
+    await saver.aput(_config(conv, None), empty_checkpoint(), INPUT, {})
+    assert [s for s, _ in await _checkpoints(pool, conv)] == ["input"]
 
 
 async def _waiting_on_the_fence(pool: Pool) -> int:
