@@ -618,7 +618,7 @@ async def claim_next(conn: Conn, params: Mapping[str, Any]) -> Claim | None:
         conn: A connection inside a transaction that holds the claim advisory lock.
         params: The claim's parameters (`server.runs.worker.claim_params`).
     """
-    return (await claim_reporting_backlog(conn, params))[0]
+    return (await claim_reporting_backlog(conn, claim_statement(params)))[0]
 
 
 def claim_statement(params: Mapping[str, Any]) -> str:
@@ -634,15 +634,14 @@ def claim_statement(params: Mapping[str, Any]) -> str:
     return _CLAIM_REPORTING % {key: sql.Literal(value).as_string() for key, value in params.items()}
 
 
-async def claim_reporting_backlog(
-    conn: Conn, params: Mapping[str, Any]
-) -> tuple[Claim | None, bool]:
+async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | None, bool]:
     """Claim like `claim_next`, and say whether any other run was queued (claimable or not).
 
-    A worker that is told there was none need not claim again until a run is queued: the
+    `statement` is `claim_statement` of the claim's parameters: a worker writes it once. A
+    worker that is told there was none need not claim again until a run is queued: the
     queued notification says when.
     """
-    cur = await conn.execute(claim_statement(params))
+    cur = await conn.execute(statement)
     row = await cur.fetchone()
     assert row is not None  # the statement returns one row whether or not it claims
     if row["id"] is None:

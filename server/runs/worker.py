@@ -33,6 +33,7 @@ from server.runs.executor import execute_run
 from server.runs.records import (
     Claim,
     claim_reporting_backlog,
+    claim_statement,
     fence_out,
     lock_expired_leases,
     mark_paused,
@@ -68,7 +69,7 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-8:]}"
         self._settings = deps.settings
         self._pool: Pool = deps.pool
-        self._claim_params = claim_params(self._settings, self.owner)
+        self._claim_sql = claim_statement(claim_params(self._settings, self.owner))
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, RunHandle] = {}
@@ -198,7 +199,7 @@ class Worker:
         # appends `run.started`; COMMIT goes alone.
         async with self._pool.connection() as conn, pipelined_transaction(conn):
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
-            claim, backlog = await claim_reporting_backlog(conn, self._claim_params)
+            claim, backlog = await claim_reporting_backlog(conn, self._claim_sql)
             # A run queued while the claim ran may be missing from its snapshot.
             self._backlog = backlog or self._queued_seen != seen
             if claim is None:

@@ -17,7 +17,14 @@ from server.events.channels import EVENTS_CHANNEL
 from server.events.log import load_head, read_events
 from server.observability.tracing import hex_trace_id
 from server.runs.conversations import create_conversation
-from server.runs.records import Claim, claim_next, claim_reporting_backlog, create_run, get_run
+from server.runs.records import (
+    Claim,
+    claim_next,
+    claim_reporting_backlog,
+    claim_statement,
+    create_run,
+    get_run,
+)
 from server.runs.worker import _CLAIM_LOCK, claim_params
 from server.settings import Settings
 
@@ -48,19 +55,19 @@ async def test_a_claim_says_whether_another_run_is_still_queued(
     params = claim_params(settings, "test-worker")
     async with pool.connection() as conn, conn.transaction():
         await conn.execute("UPDATE runs SET status = 'completed' WHERE status = 'queued'")
-        assert await claim_reporting_backlog(conn, params) == (None, False)
+        assert await claim_reporting_backlog(conn, claim_statement(params)) == (None, False)
 
     first = await create_conversation(pool, WHO, None, None, {})
     await create_run(pool, WHO, first["id"], "one", "demo", {})
     await create_run(pool, WHO, first["id"], "two, behind one", "demo", {})
     async with pool.connection() as conn, conn.transaction():
-        claim, backlog = await claim_reporting_backlog(conn, params)
+        claim, backlog = await claim_reporting_backlog(conn, claim_statement(params))
         assert claim is not None  # and started: no longer queued
     assert claim.input == "one"
     assert backlog, "the run behind it in its conversation is still queued"
     async with pool.connection() as conn, conn.transaction():
         # Queued but not claimable until "one" ends: still a backlog to look at later.
-        assert await claim_reporting_backlog(conn, params) == (None, True)
+        assert await claim_reporting_backlog(conn, claim_statement(params)) == (None, True)
 
     second = await create_conversation(pool, WHO, None, None, {})
     await create_run(pool, WHO, second["id"], "alone", "demo", {})
@@ -69,7 +76,7 @@ async def test_a_claim_says_whether_another_run_is_still_queued(
             "UPDATE runs SET status = 'completed' WHERE input_message_id IN"
             " (SELECT id FROM messages WHERE content = 'two, behind one')"
         )
-        claim, backlog = await claim_reporting_backlog(conn, params)
+        claim, backlog = await claim_reporting_backlog(conn, claim_statement(params))
     assert claim is not None and claim.input == "alone"
     assert not backlog, "the run just claimed is not a backlog of its own"
 
@@ -88,7 +95,7 @@ async def test_a_run_whose_checkpoint_write_is_in_flight_is_claimed_after_the_wr
         await writing.execute("BEGIN")
         await writing.execute("SELECT agentrt_fence(%s, %s)", (run.id, run.lease_generation))
         async with pool.connection() as conn, conn.transaction():
-            claim, backlog = await claim_reporting_backlog(conn, params)
+            claim, backlog = await claim_reporting_backlog(conn, claim_statement(params))
         assert claim is None, "a takeover must not overtake a write that passed the fence"
         assert backlog, "the run is still queued: the worker will look again"
     finally:
