@@ -14,7 +14,8 @@ guarantees:
   `floor_fence(run, generation)`, which takes the run's shared advisory lock and fails when
   the generation moved on; a takeover takes that lock exclusively before it bumps it. A
   worker that lost its lease can write nothing that wins. A step's task writes wait for the
-  step's checkpoint and commit in its transaction (`HoldingPostgresSaver`), as agentrt's do.
+  step's checkpoint and commit in its transaction, and the input checkpoint for the first
+  step's (`HoldingPostgresSaver`), as agentrt's do.
 - **Tools run once.** The tool call is recorded (committed) before the tool runs, and its
   result (committed) before the graph goes on; a later attempt finds the result and does not
   run the tool again.

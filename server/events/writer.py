@@ -27,11 +27,14 @@ from server.events.store import STATEMENT_MAX
 log = logging.getLogger(__name__)
 
 
-# Events that report what a step did rather than what is under way: a client loses nothing
-# when they reach it a moment later. They wait for a checkpoint write of the run to carry them
-# (`board`), for the next event of another type, or for the writer's linger time.
+# Events that report what a step did rather than what is under way, and the start of a tool
+# call, whose end follows within moments unless the tool is slow: a client loses nothing when
+# they reach it a moment later. They wait for a checkpoint write of the run to carry them
+# (`board`), for the next event of another type, or for the writer's linger time (so a slow
+# tool's start is stored `linger_s` after it, and a fast one's with its end).
 CARRIED = frozenset(
     {
+        EventType.TOOL_STARTED,
         EventType.CONTEXT_BUILT,
         EventType.USAGE,
         EventType.MESSAGE_ITEM_COMPLETED,

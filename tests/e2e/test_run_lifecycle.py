@@ -137,3 +137,28 @@ async def test_each_steps_task_writes_commit_with_the_checkpoint_that_ends_the_s
         inputs = await cur.fetchall()
     # The input checkpoint went in the transaction of the first step's checkpoint.
     assert inputs == [{"source": "input", "together": True}]
+
+
+async def test_a_tools_start_and_end_are_stored_with_the_checkpoint_after_the_tools(
+    settings: Settings, pool: Pool
+) -> None:
+    # A linger no tool here outlasts, however loaded the machine: the calculator's start waits
+    # for its end, and both for the checkpoint that follows the tools' step.
+    lingering = settings.model_copy(update={"event_linger_s": 30.0})
+    app = create_app(lingering, models=ModelRegistry(lingering, SCRIPTS))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        accepted = await start_run(client, "what is 6*7?", model="scripted:calc")
+        events = await read_sse(client, accepted["streamUrl"])
+    kinds = [e.event for e in events]
+    assert kinds.index("tool.started") < kinds.index("tool.completed")
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT e.type, EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = %s"
+            " AND c.xmin::text = e.xmin::text) AS with_checkpoint, e.xmin::text AS tx"
+            " FROM run_events e WHERE e.run_id = %s AND e.type LIKE 'tool.%%'",
+            (accepted["conversationId"], accepted["runId"]),
+        )
+        rows = {r["type"]: r for r in await cur.fetchall()}
+    # Both rode that checkpoint's transaction, in no transaction of their own.
+    assert rows["tool.started"]["tx"] == rows["tool.completed"]["tx"]
+    assert rows["tool.started"]["with_checkpoint"]
