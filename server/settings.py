@@ -151,8 +151,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = 16
     lease_seconds: float = 10.0
     worker_poll_seconds: float = 2.0
-    # A run's event writer: a step's reports wait up to `event_linger_s` for the step's
-    # checkpoint write to carry them; stream pieces are stored at most every `event_pace_s`.
+    # A run's event writer: a step's reports and a tool call's start wait up to
+    # `event_linger_s` for a checkpoint write to carry them; stream pieces are stored at most
+    # every `event_pace_s`.
     event_linger_s: float = Field(default=0.05, gt=0)
     event_pace_s: float = Field(default=0.025, gt=0)
 
