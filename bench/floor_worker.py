@@ -14,8 +14,9 @@ guarantees:
   `floor_fence(run, generation)`, which takes the run's shared advisory lock and fails when
   the generation moved on; a takeover takes that lock exclusively before it bumps it. A
   worker that lost its lease can write nothing that wins. A step's task writes wait for the
-  step's checkpoint and commit in its transaction, and the input checkpoint for the first
-  step's (`HoldingPostgresSaver`), as agentrt's do.
+  step's checkpoint and commit in its transaction, the input checkpoint in the first step's,
+  and the graph's last checkpoint in the transaction that ends the run
+  (`HoldingPostgresSaver`), as agentrt's do.
 - **Tools run once.** The tool call is recorded (committed) before the tool runs, and its
   result (committed) before the graph goes on; a later attempt finds the result and does not
   run the tool again.
@@ -52,7 +53,7 @@ from bench.engine import Engine, engine
 from bench.floor_log import CREATED, TERMINAL, Pool, Writer, encode, event_pool
 from graphs.context import RunContext
 from server import loops
-from server.db.checkpoint import HoldingPostgresSaver
+from server.db.checkpoint import FENCE_LAST, HoldingPostgresSaver, LastCheckpoint
 from server.events.projection import STREAM_MODES
 
 QUEUED_CHANNEL = "floor_runs"
@@ -179,11 +180,14 @@ class AttemptWriter(Writer):
     def __init__(self, pool: Pool, run_id: str, generation: int, seq: int) -> None:
         super().__init__(pool, run_id, None)
         self.generation, self.seq = generation, seq
+        # The graph's last checkpoint, held by the saver for the run's end (as agentrt's).
+        self.last = LastCheckpoint()
 
     async def commit(self, batch: list[str], conn: AsyncConnection[Any] | None = None) -> None:
         """Append `batch` behind the fence and commit it (in `conn`'s transaction if given).
 
-        The terminal batch also marks the run completed, in the same transaction.
+        The terminal batch also marks the run completed, in the same transaction, after the
+        graph's last checkpoint (held for it).
         """
         first = self.seq + 1
         rows = ",".join(f'{{"s":{n},"d":{d}}}' for n, d in enumerate(batch, first))
@@ -199,6 +203,8 @@ class AttemptWriter(Writer):
             async with self.pool.connection() as own:
                 if self.closed and batch[-1] == TERMINAL:
                     async with own.pipeline(), own.transaction():
+                        if (last := self.last.take()) is not None:
+                            await last(own)  # rolls back with a fenced-out append
                         await own.execute(APPEND, params)
                         await own.execute(END_RUN, (self.run_id, self.generation))
                 else:
@@ -302,8 +308,10 @@ class FloorWorker:
         """Run the attempt's graph, every write fenced, every stream part logged."""
         _attempt.set((writer.run_id, writer.generation))
         pump = asyncio.create_task(writer.run())
-        config: RunnableConfig = {"configurable": {"thread_id": writer.run_id}}
-        context = RunContext(model=self.eng.model, tools=self.tools)
+        config: RunnableConfig = {
+            "configurable": {"thread_id": writer.run_id, FENCE_LAST: writer.last}
+        }
+        context = RunContext(model=self.eng.model, tools=self.tools, ending=writer.last.expect)
         graph_input = {"messages": [HumanMessage("go")], "run_id": "floor", "step": 0}
         try:
             async for part in self.eng.graph.astream(
@@ -315,6 +323,7 @@ class FloorWorker:
         except Exception:
             traceback.print_exc()  # the worker's output is the benchmark's log
         finally:
+            writer.last.discard()  # left held only when the attempt failed
             if not pump.done():
                 pump.cancel()
 

@@ -46,6 +46,8 @@ def route_with(state: AgentState, runtime: Runtime[RunContext] | None) -> Route:
     # A state written by hand (supersteps as the model call) may hold no message at all.
     last = state["messages"][-1] if state.get("messages") else None
     if not (isinstance(last, AIMessage) and last.tool_calls):
+        if runtime is not None and runtime.context is not None and runtime.context.ending:
+            runtime.context.ending()  # the checkpoint of this step is the run's last
         return "__end__"
     if runtime is None:
         return "await_approval"

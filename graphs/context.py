@@ -69,3 +69,6 @@ class RunContext:
     prepared: dict[int, list[BaseMessage]] = field(default_factory=dict, compare=False)
     # Where the run's tools store artifacts (docs/artifacts.md); None: no artifact storage.
     artifacts: ArtifactSink | None = None
+    # Told by the router, before the step's checkpoint, that the model's turn ends the run:
+    # the server then stores that last checkpoint with the run's end (docs/decisions/2021).
+    ending: Callable[[], None] | None = field(default=None, compare=False)

@@ -51,6 +51,7 @@ T = TypeVar("T")
 FENCE_RUN = "agentrt_run_id"
 FENCE_GENERATION = "agentrt_lease_generation"
 FENCE_RIDER = "agentrt_rider"
+FENCE_LAST = "agentrt_last_checkpoint"
 FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
 
 # How long a run's task writes wait for the checkpoint that ends their step, to go in its
@@ -126,7 +127,7 @@ class _Held:
 
     config: RunnableConfig
     statements: list[_Statement]
-    timer: asyncio.TimerHandle
+    timer: asyncio.TimerHandle | None  # None: held for the run's end (`LastCheckpoint`)
 
 
 def _held_key(config: RunnableConfig) -> tuple[str, str, str]:
@@ -149,6 +150,81 @@ def _fence_of(config: RunnableConfig) -> _Fence | None:
             rider if hasattr(rider, "board") else None,
         )
     return None
+
+
+class LastCheckpoint:
+    """A run's last checkpoint, held for the transaction that records the run's end.
+
+    The graph says, through `expect` (the agent graph's router, as it routes to the end), that
+    the checkpoint of its current step will be its last. A `HoldingPostgresSaver` that finds
+    this object in `configurable` (`agentrt_last_checkpoint`) then holds that checkpoint
+    instead of storing it, and the run's end stores it first in its own transaction
+    (`take`), so the run is never recorded as ended without its last state, nor the last
+    state without the end (docs/decisions/2021). Should another checkpoint follow after all,
+    it takes the held one into its own transaction, as for held task writes.
+    """
+
+    def __init__(self) -> None:
+        self._expected = False
+        self._held: tuple[HoldingPostgresSaver, tuple[str, str, str]] | None = None
+
+    def expect(self) -> None:
+        """Say that the checkpoint of the graph's current step is its last."""
+        self._expected = True
+
+    def _due(self) -> bool:
+        """Consume the graph's word: whether the next checkpoint is the last."""
+        due, self._expected = self._expected, False
+        return due
+
+    def _keep(self, saver: HoldingPostgresSaver, key: tuple[str, str, str]) -> None:
+        self._held = (saver, key)
+
+    def _statements(self) -> tuple[RunnableConfig, list[_Statement]] | None:
+        if self._held is None:
+            return None
+        (saver, key), self._held = self._held, None
+        held = saver._held.pop(key, None)
+        if held is None or not held.statements:
+            return None  # a later checkpoint took it
+        return held.config, held.statements
+
+    def take(self) -> Callable[[AsyncConnection[Any]], Awaitable[None]] | None:
+        """The held checkpoint's write, for the transaction that records the run's end.
+
+        That transaction must roll back if the run's lease was lost (the run's final append
+        does: it moves the run's head only under the lease's generation). None when nothing
+        is held.
+        """
+        taken = self._statements()
+        if taken is None:
+            return None
+        statements = taken[1]
+
+        async def write(conn: AsyncConnection[Any]) -> None:
+            async with conn.cursor(binary=True) as cur:
+                for query, params in statements:
+                    await cur.executemany(query, params)
+
+        return write
+
+    async def store(self) -> None:
+        """Store the held checkpoint by itself, fenced (for an end that records no event)."""
+        if self._held is None:
+            return
+        saver = self._held[0]
+        taken = self._statements()
+        if taken is not None:
+            await saver._write(taken[0], saver._statements_put(taken[1]))
+
+    def discard(self) -> None:
+        """Drop the held checkpoint (the run's lease was lost: it could not be stored)."""
+        self._statements()
+
+
+def _last_of(config: RunnableConfig) -> LastCheckpoint | None:
+    last = config.get("configurable", {}).get(FENCE_LAST)
+    return last if isinstance(last, LastCheckpoint) else None
 
 
 class InlinePostgresSaver(AsyncPostgresSaver):
@@ -322,13 +398,25 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         go first in that checkpoint's transaction: one transaction fewer before the first node
         runs, and a crash between the two finds neither, as one during `__start__` would.
         """
-        if not (
-            metadata.get("source") == "input" and self._holds(config) and self._hold_writes_s > 0
+        source = metadata.get("source")
+        last = _last_of(config)
+        if (
+            source == "loop"
+            and last is not None
+            and not config["configurable"].get("checkpoint_ns")
         ):
+            last_one = last._due()  # the graph's own namespace: its steps' checkpoints
+        else:
+            last_one = False
+        input_one = source == "input" and self._hold_writes_s > 0
+        if not ((input_one or last_one) and self._holds(config)):
             return await super().aput(config, checkpoint, metadata, new_versions)
         carried = await self._carried(config)
         statements, stored = self._checkpoint_statements(config, checkpoint, metadata, new_versions)
-        self._hold(_held_key(stored), config, [*carried, *statements])
+        key = _held_key(stored)
+        self._hold(key, config, [*carried, *statements], timed=not last_one)
+        if last is not None and last_one:
+            last._keep(self, key)
         return stored
 
     async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
@@ -354,13 +442,24 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         return [*self._take(config), statement]
 
     def _hold(
-        self, key: tuple[str, str, str], config: RunnableConfig, statements: list[_Statement]
+        self,
+        key: tuple[str, str, str],
+        config: RunnableConfig,
+        statements: list[_Statement],
+        *,
+        timed: bool = True,
     ) -> None:
-        """Hold `statements` for the checkpoint `key` names; `config` carries the fence."""
+        """Hold `statements` for the checkpoint `key` names; `config` carries the fence.
+
+        Timed: stored by themselves once the hold runs out. Untimed: held for the run's end
+        (`LastCheckpoint`), which takes or stores them whatever way it ends.
+        """
         held = self._held.get(key)
         if held is None:
-            timer = asyncio.get_running_loop().call_later(
-                self._hold_writes_s, self._store_held, key
+            timer = (
+                asyncio.get_running_loop().call_later(self._hold_writes_s, self._store_held, key)
+                if timed
+                else None
             )
             held = self._held[key] = _Held(config, [], timer)
         held.statements.extend(statements)
@@ -370,7 +469,8 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         held = self._held.pop(_held_key(config), None)
         if held is None:
             return []
-        held.timer.cancel()
+        if held.timer is not None:
+            held.timer.cancel()
         return held.statements
 
     def _store_held(self, key: tuple[str, str, str]) -> None:

@@ -280,6 +280,14 @@ class ThreadKeeper:
             )
         except InvalidUpdateError as exc:  # e.g. `as_node` names no node of the graph
             raise InvalidGraphRequestError(f"cannot update the thread's state: {exc}") from exc
+        except ValueError as exc:
+            # LangGraph's answer to a `checkpoint_ns` that names no subgraph of the graph.
+            if not (checkpoint or {}).get("checkpoint_ns") or not str(exc).startswith("Subgraph"):
+                raise
+            raise LangGraphItemNotFoundError(
+                f"cannot update the thread's state: {exc} (checkpoint_ns names no subgraph of"
+                f" graph {graph.name!r})"
+            ) from exc
         return {"checkpoint": config["configurable"]}
 
     async def apply_supersteps(self, thread_id: str, supersteps: list[Any]) -> dict[str, Any]:

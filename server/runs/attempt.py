@@ -29,7 +29,15 @@ from server.agents.runtime import context_setup, profile_toolbox, run_caller, te
 from server.agents.store import AgentVersion, run_agent
 from server.artifacts.storage import Storage
 from server.artifacts.writer import RunArtifacts
-from server.db.checkpoint import FENCE_GENERATION, FENCE_RIDER, FENCE_RUN, Rider, reusing_reads
+from server.db.checkpoint import (
+    FENCE_GENERATION,
+    FENCE_LAST,
+    FENCE_RIDER,
+    FENCE_RUN,
+    LastCheckpoint,
+    Rider,
+    reusing_reads,
+)
 from server.db.pool import Pool
 from server.errors import LeaseLostError, RunFinishedError, RunTimeoutError
 from server.events.projection import STREAM_MODES, EventSink, StreamProjector
@@ -166,6 +174,8 @@ class Attempt:
         self.emit = emit
         self.recorded = recorded
         self.rider = rider
+        # The graph's last checkpoint, held for the run's end (docs/decisions/2021).
+        self.last = LastCheckpoint()
 
     async def execute(self, callbacks: list[BaseCallbackHandler]) -> Outcome:
         """Drive the graph under the run's deadline; return how the attempt ended."""
@@ -265,7 +275,11 @@ class Attempt:
 
     def _config(self, callbacks: list[BaseCallbackHandler], agent: AgentVersion) -> RunnableConfig:
         return {
-            "configurable": {**self._thread()["configurable"], **self._fence()},
+            "configurable": {
+                **self._thread()["configurable"],
+                **self._fence(),
+                FENCE_LAST: self.last,
+            },
             "recursion_limit": self._max_steps(agent) * 4 + 10,
             "callbacks": callbacks,
         }
@@ -319,6 +333,7 @@ class Attempt:
                 knowledge=deps.knowledge,
             ),
             artifacts=self._artifacts(),
+            ending=self.last.expect,
         )
 
     def _artifacts(self) -> RunArtifacts | None:

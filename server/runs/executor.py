@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graphs.events import EventType
+from server.db.checkpoint import LastCheckpoint
 from server.db.pool import Conn
 from server.domain import Run
 from server.errors import LeaseLostError, RunFinishedError
@@ -25,7 +26,7 @@ from server.langgraph_api.attempt import GraphAttempt
 from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
-from server.observability.tracing import RunInfo, SpanBatch
+from server.observability.tracing import RunInfo
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused
 from server.skills.usage import SKILL_LOADS
@@ -82,11 +83,14 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
             if outcome.kind == "failed":
                 span.set_error(outcome.data["message"])
             span.set_attribute("agentrt.outcome", outcome.kind)
-        if await _conclude_shielded(deps, writer, run, outcome, pause=handle.pause_requested):
+        if await _conclude_shielded(
+            deps, writer, run, outcome, attempt.last, pause=handle.pause_requested
+        ):
             outcome.cancelled = True
         if outcome.kind in ("completed", "failed", "cancelled"):
             await asyncio.shield(after_run_end(deps.pool, run, outcome.kind))
     finally:
+        attempt.last.discard()  # left held only when the attempt raised: it is not stored
         run_context.reset(token)
     if outcome.cancelled:
         raise asyncio.CancelledError
@@ -97,6 +101,7 @@ async def _conclude_shielded(
     writer: EventWriter,
     run: Run,
     outcome: Outcome,
+    last: LastCheckpoint,
     *,
     pause: bool = False,
 ) -> bool:
@@ -106,7 +111,7 @@ async def _conclude_shielded(
     with that outcome (a completion that won stays completed) instead of being left for its
     lease to expire. Return whether a cancel arrived, so the caller can re-raise it.
     """
-    conclusion = asyncio.ensure_future(_conclude(deps, writer, run, outcome, pause=pause))
+    conclusion = asyncio.ensure_future(_conclude(deps, writer, run, outcome, last, pause=pause))
     cancelled = False
     while not conclusion.done():
         try:
@@ -122,10 +127,22 @@ async def _conclude(
     writer: EventWriter,
     run: Run,
     outcome: Outcome,
+    last: LastCheckpoint,
     *,
     pause: bool = False,
 ) -> None:
+    """Store how the attempt ended.
+
+    The graph's last checkpoint, when the saver held it (`last`), goes first in the
+    transaction of the run's final event; with no final event, by itself, or not at all when
+    the lease was lost.
+    """
     run_id = run.id
+    if outcome.kind == "abandoned":
+        last.discard()
+    elif outcome.kind == "suspended":
+        await last.store()
+    checkpoint = last.take()
     if outcome.kind in ("completed", "failed", "cancelled"):
         deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
         elapsed = (datetime.now(UTC) - run.created_at).total_seconds()
@@ -136,14 +153,15 @@ async def _conclude(
         spans = deps.tracing.sink.take()
         stored = False
         try:
+            before = _in_order(checkpoint, spans.insert)
             if outcome.kind == "completed":
-                stored = await _complete(writer, run, spans)
+                stored = await _complete(writer, run, before)
             else:
                 if outcome.kind == "failed":
                     data = outcome.data
                     log.info("run %s failed: %s: %s", run_id, data["errorType"], data["message"])
                 kind = EventType(f"run.{outcome.kind}")
-                stored = await _finish(writer, kind, outcome.data, before=spans.insert)
+                stored = await _finish(writer, kind, outcome.data, before=before)
         finally:
             if not stored:  # the background flush stores them
                 deps.tracing.sink.give_back(spans)
@@ -164,12 +182,25 @@ async def _conclude(
         else:
             await writer.close()
     elif outcome.kind == "paused":
-        await _finish(writer, EventType.RUN_PAUSED, outcome.data, mark_paused)
+        await _finish(writer, EventType.RUN_PAUSED, outcome.data, mark_paused, checkpoint)
     elif outcome.kind == "abandoned":
         log.info("run %s: %s; stopped without writing", run_id, outcome.data["reason"])
         await writer.close()
     else:
-        await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data)
+        await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data, before=checkpoint)
+
+
+def _in_order(
+    *writes: Callable[[Conn], Awaitable[None]] | None,
+) -> Callable[[Conn], Awaitable[None]]:
+    """One `before` that runs `writes` (those given) in order."""
+
+    async def write(conn: Conn) -> None:
+        for each in writes:
+            if each is not None:
+                await each(conn)
+
+    return write
 
 
 async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
@@ -197,7 +228,9 @@ async def _finish(
         await writer.close()
 
 
-async def _complete(writer: EventWriter, run: Run, spans: SpanBatch) -> bool:
+async def _complete(
+    writer: EventWriter, run: Run, before: Callable[[Conn], Awaitable[None]]
+) -> bool:
     message_id = new_id("msg")
     # What is still queued goes in the transaction of `run.completed`, and shapes its output.
     output = output_text((await writer.folded()).snapshot)
@@ -216,5 +249,5 @@ async def _complete(writer: EventWriter, run: Run, spans: SpanBatch) -> bool:
         EventType.RUN_COMPLETED,
         {"outputMessageId": message_id, "output": output},
         store_message,
-        spans.insert,
+        before,
     )

@@ -381,6 +381,14 @@ async def test_a_thread_is_created_with_supersteps_applied(client: LangGraphClie
             supersteps=[{"updates": [{"values": {}, "as_node": "no_such_node"}]}],
         )
     assert bad.value.response.status_code == 422
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        await client.threads.update_state(
+            thread["thread_id"],
+            {"messages": said[:1]},
+            checkpoint={"checkpoint_ns": "no_such_subgraph:1"},
+        )
+    assert missing.value.response.status_code == 404
+    assert "no_such_subgraph" in missing.value.response.json()["error"]["message"]
 
 
 async def test_a_deleted_threads_webhook_is_still_delivered_with_its_values(

@@ -137,6 +137,17 @@ async def test_each_steps_task_writes_commit_with_the_checkpoint_that_ends_the_s
         inputs = await cur.fetchall()
     # The input checkpoint went in the transaction of the first step's checkpoint.
     assert inputs == [{"source": "input", "together": True}]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT xmin::text FROM checkpoints WHERE thread_id = %s"
+            "        AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1) AS last,"
+            " (SELECT xmin::text FROM run_events WHERE run_id = %s"
+            "        AND type = 'run.completed') AS ended",
+            (accepted["conversationId"], accepted["runId"]),
+        )
+        row = await cur.fetchone()
+    # The graph's last checkpoint went in the transaction that recorded the run's end.
+    assert row is not None and row["last"] == row["ended"]
 
 
 async def test_a_tools_start_and_end_are_stored_with_the_checkpoint_after_the_tools(

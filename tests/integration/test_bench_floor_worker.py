@@ -53,7 +53,16 @@ async def test_a_queued_run_is_claimed_run_and_logged_once(database_url: str) ->
                 (run_id,),
             )
             writes = await cur.fetchone()
+            # The last checkpoint went in the transaction that ended the run.
+            cur = await conn.execute(
+                "SELECT (SELECT xmin::text FROM checkpoints WHERE thread_id = %s"
+                "        ORDER BY checkpoint_id DESC LIMIT 1)"
+                " = (SELECT xmin::text FROM floor_runs WHERE id = %s) AS together",
+                (run_id, run_id),
+            )
+            last = await cur.fetchone()
     assert writes is not None and writes["together"] is True and writes["writes"] >= 5
+    assert last == {"together": True}
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = [e["data"]["type"] for e in events]
     assert types[:2] == ["run.created", "run.started"] and types[-1] == "run.completed"

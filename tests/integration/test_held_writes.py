@@ -5,7 +5,8 @@ LangGraph stores a task's writes as the task ends and the step's checkpoint righ
 and stores them first in the checkpoint's transaction; writes to LangGraph's special channels
 (an interrupt, an error) go at once, with what was held; held writes whose checkpoint does not
 come are stored by themselves. A run's input checkpoint is held, with its writes, for its
-first step's checkpoint. Writes outside a run are never held.
+first step's checkpoint, and its last checkpoint, when the graph says so, for the transaction
+that records the run's end. Writes outside a run are never held.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
-from server.db.checkpoint import FENCE_GENERATION, FENCE_RUN, FencedPostgresSaver
+from server.db.checkpoint import (
+    FENCE_GENERATION,
+    FENCE_LAST,
+    FENCE_RUN,
+    FencedPostgresSaver,
+    LastCheckpoint,
+)
 from server.db.pool import Pool
 from server.errors import LeaseLostError
 from server.events.log import RunHead
@@ -245,6 +252,104 @@ async def test_an_input_checkpoint_outside_a_run_is_stored_at_once(pool: Pool) -
     conv = "thread-unfenced-input"
     await saver.aput(_config(conv, None), empty_checkpoint(), INPUT, {})
     assert [s for s, _ in await _checkpoints(pool, conv)] == ["input"]
+
+
+def _with_last(config: RunnableConfig, last: LastCheckpoint) -> RunnableConfig:
+    return {**config, "configurable": {**config["configurable"], FENCE_LAST: last}}
+
+
+LOOP: dict[str, Any] = {"source": "loop", "step": 1}
+
+
+async def test_the_last_checkpoint_waits_for_the_transaction_that_ends_the_run(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    config = _with_last(step, last)
+    await saver.aput_writes(config, [("messages", ["answer"])], "task-a")
+    last.expect()
+    stored = await saver.aput(config, create_checkpoint(empty_checkpoint(), None, 1), LOOP, {})
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]  # held, with the writes
+    assert await _writes(pool, conv) == []
+
+    write = last.take()
+    assert write is not None and last.take() is None  # taken once
+    async with pool.connection() as conn, conn.transaction():
+        await write(conn)
+        cur = await conn.execute("SELECT (txid_current() % 4294967296)::text AS tx")  # an xid
+        row = await cur.fetchone()
+    assert row is not None
+    checkpoints = await _checkpoints(pool, conv)
+    assert checkpoints[-1] == ("loop", row["tx"])  # in the run's end's transaction
+    assert await _writes(pool, conv) == [("task-a", "messages", row["tx"])]
+    assert stored["configurable"]["checkpoint_id"] is not None
+
+
+async def test_a_checkpoint_the_graph_did_not_call_its_last_is_stored_at_once(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
+    assert last.take() is None
+
+
+async def test_a_held_last_checkpoint_goes_with_a_checkpoint_that_follows_it_after_all(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.expect()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    after = {**step, "configurable": {**step["configurable"], **held["configurable"]}}
+    await saver.aput(_with_last(after, last), create_checkpoint(base, None, 2), LOOP, {})
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
+    assert checkpoints[1][1] == checkpoints[2][1]  # one transaction
+    assert last.take() is None  # nothing left for the run's end
+
+
+async def test_a_held_last_checkpoint_stored_by_itself_is_fenced(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv, head, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.expect()
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE runs SET lease_generation = lease_generation + 1 WHERE id = %s",
+            (head.run_id,),
+        )
+    with pytest.raises(LeaseLostError):
+        await last.store()
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]
+
+
+async def test_a_subgraphs_checkpoint_is_never_held_as_the_last(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.expect()
+    inner = _with_last(step, last)
+    inner["configurable"]["checkpoint_ns"] = "delegate:task-1"
+    await saver.aput(inner, create_checkpoint(empty_checkpoint(), None, 1), LOOP, {})
+    # Stored at once, and the graph's word still stands for its own next checkpoint.
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 2), LOOP, {}
+    )
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
+    assert last.take() is not None
 
 
 async def _waiting_on_the_fence(pool: Pool) -> int:
