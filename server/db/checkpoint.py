@@ -390,13 +390,16 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint; a run's input checkpoint waits for its first step's.
+        """Store a checkpoint; a run's input and last checkpoints wait to go with another write.
 
         LangGraph stores the input as a checkpoint of its own, then runs its own `__start__`
         task (which only copies the input into the state's channels) and stores the first
         step's checkpoint. Held like task writes, the input checkpoint and `__start__`'s writes
         go first in that checkpoint's transaction: one transaction fewer before the first node
-        runs, and a crash between the two finds neither, as one during `__start__` would.
+        runs, and a crash between the two finds neither, as one during `__start__` would
+        (docs/decisions/2019). A checkpoint the graph calls its last (`LastCheckpoint`) is held
+        with no time limit, for the transaction that records the run's end
+        (docs/decisions/2021).
         """
         source = metadata.get("source")
         last = _last_of(config)

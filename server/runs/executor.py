@@ -141,7 +141,10 @@ async def _conclude(
     if outcome.kind == "abandoned":
         last.discard()
     elif outcome.kind == "suspended":
-        await last.store()
+        try:
+            await last.store()
+        except LeaseLostError as exc:
+            log.info("run %s: its last checkpoint not stored: %s", run_id, exc)
     checkpoint = last.take()
     if outcome.kind in ("completed", "failed", "cancelled"):
         deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
