@@ -180,14 +180,13 @@ class LastCheckpoint:
     def _keep(self, saver: HoldingPostgresSaver, key: tuple[str, str, str]) -> None:
         self._held = (saver, key)
 
-    def _statements(self) -> tuple[RunnableConfig, list[_Statement]] | None:
+    def _release(self) -> tuple[HoldingPostgresSaver, _Held] | None:
+        """Take the held checkpoint from its saver; None if none is (or a later one took it)."""
         if self._held is None:
             return None
         (saver, key), self._held = self._held, None
-        held = saver._held.pop(key, None)
-        if held is None or not held.statements:
-            return None  # a later checkpoint took it
-        return held.config, held.statements
+        held = saver._release(key)
+        return None if held is None else (saver, held)
 
     def take(self) -> Callable[[AsyncConnection[Any]], Awaitable[None]] | None:
         """The held checkpoint's write, for the transaction that records the run's end.
@@ -196,30 +195,31 @@ class LastCheckpoint:
         does: it moves the run's head only under the lease's generation). None when nothing
         is held.
         """
-        taken = self._statements()
-        if taken is None:
+        released = self._release()
+        if released is None:
             return None
-        statements = taken[1]
+        statements = released[1].statements
 
         async def write(conn: AsyncConnection[Any]) -> None:
             async with conn.cursor(binary=True) as cur:
-                for query, params in statements:
-                    await cur.executemany(query, params)
+                await _execute(cur, statements)
 
         return write
 
     async def store(self) -> None:
         """Store the held checkpoint by itself, fenced (for an end that records no event)."""
-        if self._held is None:
-            return
-        saver = self._held[0]
-        taken = self._statements()
-        if taken is not None:
-            await saver._write(taken[0], saver._statements_put(taken[1]))
+        if (released := self._release()) is not None:
+            saver, held = released
+            await saver._write(held.config, saver._statements_put(held.statements))
 
     def discard(self) -> None:
         """Drop the held checkpoint (the run's lease was lost: it could not be stored)."""
-        self._statements()
+        self._release()
+
+
+async def _execute(cur: AsyncCursor[Any], statements: Sequence[_Statement]) -> None:
+    for query, params in statements:
+        await cur.executemany(query, params)
 
 
 def _last_of(config: RunnableConfig) -> LastCheckpoint | None:
@@ -352,8 +352,7 @@ class InlinePostgresSaver(AsyncPostgresSaver):
 
         async def put() -> None:
             async with self._cursor(pipeline=True) as cur:
-                for query, params in statements:
-                    await cur.executemany(query, params)
+                await _execute(cur, statements)
 
         return put
 
@@ -403,14 +402,13 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """
         source = metadata.get("source")
         last = _last_of(config)
-        if (
-            source == "loop"
-            and last is not None
+        # The graph's word is consumed by its own namespace's next step checkpoint only.
+        last_one = (
+            last is not None
+            and source == "loop"
             and not config["configurable"].get("checkpoint_ns")
-        ):
-            last_one = last._due()  # the graph's own namespace: its steps' checkpoints
-        else:
-            last_one = False
+            and last._due()
+        )
         input_one = source == "input" and self._hold_writes_s > 0
         if not ((input_one or last_one) and self._holds(config)):
             return await super().aput(config, checkpoint, metadata, new_versions)
@@ -469,16 +467,19 @@ class HoldingPostgresSaver(InlinePostgresSaver):
 
     def _take(self, config: RunnableConfig) -> list[_Statement]:
         """Take what is held for the checkpoint `config` names."""
-        held = self._held.pop(_held_key(config), None)
-        if held is None:
-            return []
-        if held.timer is not None:
+        held = self._release(_held_key(config))
+        return [] if held is None else held.statements
+
+    def _release(self, key: tuple[str, str, str]) -> _Held | None:
+        """Take what is held for the checkpoint `key` names, its timer stopped."""
+        held = self._held.pop(key, None)
+        if held is not None and held.timer is not None:
             held.timer.cancel()
-        return held.statements
+        return held
 
     def _store_held(self, key: tuple[str, str, str]) -> None:
         """Store writes whose checkpoint did not come in time, by themselves."""
-        held = self._held.pop(key, None)
+        held = self._release(key)
         if held is None:
             return
         task = asyncio.ensure_future(
