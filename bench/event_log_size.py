@@ -1,6 +1,8 @@
-"""Append and replay on an empty event log against the same log holding 10,000,000 events.
+"""Append and replay on an empty event log against a log holding 10,000,000 events.
 
-Both measurements run on a fresh run in the same benchmark, before and after seeding:
+Each measure runs on a fresh run, on an empty log (a database of its own) and on the seeded
+one (the benchmark's database) on the same server, each with its own API process, in turns
+(`ROUNDS`, the order swapped at each), so that the machine's drift falls on both alike:
 
 - append: one event per `append_events` call (the worker's path for a step's events: the
   fenced run-row update, COPY, NOTIFY, in one transaction), and the `EventWriter`'s capacity
@@ -14,7 +16,7 @@ It runs with `session_replication_role = replica`, which skips the per-row forei
 and the insert triggers: the seeded runs' rows exist, and the triggers act only on event
 types the seed does not write; without it the seed takes about 7 minutes instead of the
 few it takes here. `VACUUM ANALYZE` follows, as autovacuum would on a live database, then a
-`CHECKPOINT` (one before the empty log's measures too).
+`CHECKPOINT` (of the whole server, the empty log's database included), before any measure.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import psycopg
 from bench.client import Endpoint, sse
 from bench.common import (
     Figures,
+    database_url_for,
     env_for,
     processes,
     run_async,
@@ -47,6 +50,8 @@ from server.settings import Settings
 DAYS = 30
 RUNS_PER_DAY = 100
 REPLAY_EVENTS = 2000
+ROUNDS = 4  # turns of the empty and the seeded log, their order swapped at each
+EMPTY_DATABASE = "agentrt_bench_empty_log"
 
 
 def _settings(url: str) -> Settings:
@@ -114,12 +119,14 @@ async def replays(pool: Pool, ep: Endpoint, repeats: int) -> tuple[list[float], 
     return full, tail
 
 
-async def measure(url: str, ep: Endpoint, count: int, repeats: int) -> dict[str, list[float]]:
+async def measure(
+    url: str, ep: Endpoint, count: int, repeats: int, captures: int
+) -> dict[str, list[float]]:
     """All four measures on fresh runs."""
     async with open_pool(url, _settings(url)) as pool:
         append_s = await appends(pool, count)
         full, tail = await replays(pool, ep, repeats)
-        capacity = [await writer_capacity(pool, 20_000) for _ in range(3)]
+        capacity = [await writer_capacity(pool, 20_000) for _ in range(captures)]
     return {"append": append_s, "full": full, "tail": tail, "capacity": capacity}
 
 
@@ -175,34 +182,47 @@ def seed(url: str, total: int) -> tuple[int, float]:
 
 
 def main(database_url: str, quick: bool) -> Figures:
-    """Measure append and replay on an empty log, then on a 10,000,000-event log."""
+    """Measure append and replay on an empty log and on a 10,000,000-event log, in turns."""
     figures = Figures("Event log at 10 million rows", "make bench-large (bench/event_log_size.py)")
     total = 300_000 if quick else 10_000_000
-    count, repeats = (300, 5) if quick else (2000, 20)
+    count, repeats = (300, 6) if quick else (2000, 20)
+    rounds = 2 if quick else ROUNDS
+    # The empty log is a database of its own beside the seeded one, on the same server, each
+    # with its own API process, so that the two are measured in turns: this machine's speed
+    # drifts by more than the seed's effect between one block of measures and the next.
+    empty_url = database_url_for(database_url, EMPTY_DATABASE)
+    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-log-size-"))
+    scripts = str(write_scripts(folder, {"b": AGENT_SCRIPT}))
 
     async def setup() -> None:
-        async with open_pool(database_url, _settings(database_url)) as pool:
-            await migrate(pool)
+        for url in (empty_url, database_url):
+            async with open_pool(url, _settings(url)) as pool:
+                await migrate(pool)
 
     run_async(setup())
-    folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-log-size-"))
-    env = env_for(
-        database_url, scripted_models_file=str(write_scripts(folder, {"b": AGENT_SCRIPT}))
-    )
-    api = start_api(env)
-    assert api.url is not None
-    ep = Endpoint.of(api.url)
-    with processes([api]):
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute("CHECKPOINT")  # as after the seed
-        empty = run_async(measure(database_url, ep, count, repeats))
+    apis = [
+        start_api(env_for(url, scripted_models_file=scripts)) for url in (empty_url, database_url)
+    ]
+    with processes(apis):
+        eps = [Endpoint.of(api.url) for api in apis if api.url is not None]
         stored, took = seed(database_url, total)
-        full = run_async(measure(database_url, ep, count, repeats))
+        empty: dict[str, list[float]] = {}
+        full: dict[str, list[float]] = {}
+        for turn in range(rounds):
+            pairs = [(empty_url, eps[0], empty), (database_url, eps[1], full)]
+            for url, ep, into in pairs if turn % 2 == 0 else reversed(pairs):
+                got = run_async(measure(url, ep, count // rounds, repeats // rounds, 1))
+                for key, values in got.items():
+                    into.setdefault(key, []).extend(values)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{EMPTY_DATABASE}"')
     med = statistics.median
     figures.add(
         f"The seed: {stored:,} events in {DAYS} daily partitions over "
         f"{DAYS * RUNS_PER_DAY:,} runs, stored in {took:.0f} s (with `VACUUM ANALYZE`). "
-        "Each measure on a fresh run, before and after the seed, in the same benchmark."
+        f"Each measure on a fresh run; the empty log (a database of its own on the same "
+        f"server, with its own API process) and the seeded one measured in {rounds} turns, "
+        "their order swapped at each, and the figures pooled over the turns."
     )
     figures.add("")
     figures.add(f"| measure | empty log | {stored:,}-event log | ratio (median) |")

@@ -4,7 +4,10 @@ The model is scripted with zero latency: one tool call, then a 20-token streamed
 Beside runs/s, each worker count reports CPU seconds per run by process (the API, all
 workers, Postgres, this benchmark's own client) and how many of the machine's cores were
 busy, so that a fall in runs/s can be told apart from a saturated machine; and Postgres
-transactions per run, which grow with the worker count when idle workers wake for nothing.
+transactions per run, which grow with the worker count: each process's listening backend
+spends one on every notification in the database, whatever its channel (docs/decisions/1910).
+Each worker count is warmed up first (`WARM_UP_RUNS`, 32 in flight), so that the figures
+leave out the pools' new connections and each new backend's first statements.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ SCRIPTS = {
 }
 
 
+WARM_UP_RUNS = 64  # before each worker count's measured runs, not measured
 # Idle backends report their statistics at most this long after their last transaction.
 STATS_SETTLE_S = 11.0
 
@@ -112,9 +116,13 @@ def main(database_url: str, quick: bool) -> Figures:
         costs: dict[int, Cost] = {}
         for count in (1, 2) if quick else (1, 2, 4):
             workers = start_workers(env, count)
-            time.sleep(STATS_SETTLE_S)
-            xact0 = transactions(database_url)
+            # Warm up at the measured concurrency: the workers' pools open the connections
+            # that 32 runs in flight need, and each new Postgres backend fills its caches.
+            # Long-lived workers pay that once, so it is kept out of the figures.
             with processes(workers):
+                run_async(throughput(api.url, WARM_UP_RUNS, 32))
+                time.sleep(STATS_SETTLE_S)
+                xact0 = transactions(database_url)
                 cpu0 = [p.cpu_seconds() for p in (api, *workers)]
                 pg0, own0, wall0 = postgres_cpu_seconds(database_url), os.times(), time.time()
                 rates = [run_async(throughput(api.url, runs, 32)) for _ in range(repeats)]

@@ -39,9 +39,12 @@ class Notifier:
     """Listen on our channels and wake whoever waits in this process.
 
     `channels` defaults to all of them; a process that serves no streams passes
-    `WORKER_CHANNELS`, because every listening backend spends a Postgres transaction on each
-    notification it receives, and the log's (one per event batch) would be most of them.
-    A run watched in such a process is still woken, by its watcher's own poll.
+    `WORKER_CHANNELS`, so that it does not receive, parse and dispatch the log's (one per
+    event batch). A run watched in such a process is still woken, by its watcher's own poll.
+    Postgres before 19 still signals this connection's backend for every notification in the
+    database, whatever its channel, and the backend reads the queue in a transaction of its
+    own: each listening process costs Postgres that much per notification (docs/decisions/
+    1910).
     """
 
     def __init__(self, url: str, channels: Sequence[str] = CHANNELS) -> None:
