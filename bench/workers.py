@@ -6,8 +6,11 @@ workers, Postgres, this benchmark's own client) and how many of the machine's co
 busy, so that a fall in runs/s can be told apart from a saturated machine; and Postgres
 transactions per run, which grow with the worker count: each process's listening backend
 spends one on every notification in the database, whatever its channel (docs/decisions/1910).
-Each worker count is warmed up first (`WARM_UP_RUNS`, 32 in flight), so that the figures
-leave out the pools' new connections and each new backend's first statements.
+The counts are measured in turns (each turn runs every count, with fresh worker processes,
+the order rotated at each), so that the machine's drift falls on every count alike; each is
+warmed up first (`WARM_UP_RUNS`, 32 in flight), so that the figures leave out the pools' new
+connections and each new backend's first statements. Transactions per run are counted in
+the first turn.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import psycopg
 from bench.client import Endpoint
 from bench.common import (
     Figures,
+    Proc,
     env_for,
     http,
     post_run,
@@ -108,40 +112,40 @@ def main(database_url: str, quick: bool) -> Figures:
     )
     runs = 40 if quick else 200
     repeats = 1 if quick else 3
+    counts = (1, 2) if quick else (1, 2, 4)
     api = start_api(env)
     assert api.url is not None
     with processes([api]):
         figures.add("| worker processes | runs/s (median) | spread | repeats |")
         figures.add("|---|---|---|---|")
+        rates: dict[int, list[float]] = {count: [] for count in counts}
+        spent: dict[int, list[float]] = {count: [0.0] * 5 for count in counts}
+        xacts: dict[int, float] = {}
+        # In turns, each turn with every worker count and the order rotated at each, so that
+        # the machine's drift falls on every count alike.
+        for turn in range(repeats):
+            for count in counts[turn % len(counts) :] + counts[: turn % len(counts)]:
+                rate, cost, per_run_xacts = _measure(api, env, database_url, count, runs, turn == 0)
+                rates[count].append(rate)
+                spent[count] = [a + b for a, b in zip(spent[count], cost, strict=True)]
+                if per_run_xacts is not None:
+                    xacts[count] = per_run_xacts
         costs: dict[int, Cost] = {}
-        for count in (1, 2) if quick else (1, 2, 4):
-            workers = start_workers(env, count)
-            # Warm up at the measured concurrency: the workers' pools open the connections
-            # that 32 runs in flight need, and each new Postgres backend fills its caches.
-            # Long-lived workers pay that once, so it is kept out of the figures.
-            with processes(workers):
-                run_async(throughput(api.url, WARM_UP_RUNS, 32))
-                time.sleep(STATS_SETTLE_S)
-                xact0 = transactions(database_url)
-                cpu0 = [p.cpu_seconds() for p in (api, *workers)]
-                pg0, own0, wall0 = postgres_cpu_seconds(database_url), os.times(), time.time()
-                rates = [run_async(throughput(api.url, runs, 32)) for _ in range(repeats)]
-                cpu = [p.cpu_seconds() - c for p, c in zip((api, *workers), cpu0, strict=True)]
-                pg, own, wall = postgres_cpu_seconds(database_url) - pg0, os.times(), time.time()
-            time.sleep(STATS_SETTLE_S)  # the API's idle backends report their transactions
+        for count in counts:
+            api_s, workers_s, pg_s, client_s, wall_s = spent[count]
             total_runs = runs * repeats
-            client = (own.user + own.system) - (own0.user + own0.system)
             costs[count] = Cost(
-                api=cpu[0] / total_runs,
-                workers=sum(cpu[1:]) / total_runs,
-                postgres=pg / total_runs,
-                client=client / total_runs,
-                cores=(sum(cpu) + pg + client) / (wall - wall0),
-                xacts=(transactions(database_url) - xact0) / total_runs,
+                api=api_s / total_runs,
+                workers=workers_s / total_runs,
+                postgres=pg_s / total_runs,
+                client=client_s / total_runs,
+                cores=(api_s + workers_s + pg_s + client_s) / wall_s,
+                xacts=xacts[count],
             )
             figures.add(
-                f"| {count} | {statistics.median(rates):.1f} | "
-                f"{max(rates) - min(rates):.1f} | {repeats} x {runs} runs, 32 in flight |"
+                f"| {count} | {statistics.median(rates[count]):.1f} | "
+                f"{max(rates[count]) - min(rates[count]):.1f} | "
+                f"{repeats} x {runs} runs, 32 in flight |"
             )
         figures.add("")
         figures.add(
@@ -171,6 +175,37 @@ def main(database_url: str, quick: bool) -> Figures:
             "Target: ≤ 15 s."
         )
     return figures
+
+
+def _measure(
+    api: Proc, env: dict[str, str], database_url: str, count: int, runs: int, count_xacts: bool
+) -> tuple[float, list[float], float | None]:
+    """Measure `runs` runs, 32 in flight, on `count` fresh worker processes.
+
+    Returns runs/s; CPU seconds of the API, the workers, Postgres and this client, and the
+    wall seconds; and Postgres transactions per run if `count_xacts`.
+    """
+    assert api.url is not None
+    workers = start_workers(env, count)
+    # Warm up at the measured concurrency: the workers' pools open the connections that 32
+    # runs in flight need, and each new Postgres backend fills its caches. Long-lived workers
+    # pay that once, so it is kept out of the figures.
+    with processes(workers):
+        run_async(throughput(api.url, WARM_UP_RUNS, 32))
+        if count_xacts:
+            time.sleep(STATS_SETTLE_S)
+        xact0 = transactions(database_url)
+        cpu0 = [p.cpu_seconds() for p in (api, *workers)]
+        pg0, own0, wall0 = postgres_cpu_seconds(database_url), os.times(), time.time()
+        rate = run_async(throughput(api.url, runs, 32))
+        cpu = [p.cpu_seconds() - c for p, c in zip((api, *workers), cpu0, strict=True)]
+        pg, own, wall = postgres_cpu_seconds(database_url) - pg0, os.times(), time.time()
+    client = (own.user + own.system) - (own0.user + own0.system)
+    per_run_xacts = None
+    if count_xacts:
+        time.sleep(STATS_SETTLE_S)  # the API's idle backends report their transactions
+        per_run_xacts = (transactions(database_url) - xact0) / runs
+    return rate, [cpu[0], sum(cpu[1:]), pg, client, wall - wall0], per_run_xacts
 
 
 async def _recover_once(url: str, env: dict[str, str]) -> float:
