@@ -32,6 +32,7 @@ import psycopg
 from bench.client import Endpoint, sse
 from bench.common import (
     Figures,
+    Proc,
     database_url_for,
     env_for,
     processes,
@@ -200,11 +201,13 @@ def main(database_url: str, quick: bool) -> Figures:
                 await migrate(pool)
 
     run_async(setup())
-    apis = [
-        start_api(env_for(url, scripted_models_file=scripts)) for url in (empty_url, database_url)
-    ]
-    with processes(apis):
-        eps = [Endpoint.of(api.url) for api in apis if api.url is not None]
+    apis: list[Proc] = []
+    with processes(apis):  # stops what was started, should the second fail to start
+        eps = []
+        for url in (empty_url, database_url):
+            apis.append(start_api(env_for(url, scripted_models_file=scripts)))
+            assert apis[-1].url is not None
+            eps.append(Endpoint.of(apis[-1].url))
         stored, took = seed(database_url, total)
         empty: dict[str, list[float]] = {}
         full: dict[str, list[float]] = {}
