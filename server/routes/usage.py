@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -55,7 +55,8 @@ async def get_usage(
     (admins have every role) see only their own usage.
     """
     end = end or datetime.now(UTC).date()
-    start = start or end - timedelta(days=29)
+    # The first day the calendar has when `to` is within 30 days of it.
+    start = start or date.fromordinal(max(end.toordinal() - 29, 1))
     if start > end:
         raise InvalidRequestError(f"'from' ({start}) is after 'to' ({end})")
     if (end - start).days >= MAX_DAYS:

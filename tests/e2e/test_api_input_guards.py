@@ -157,6 +157,24 @@ async def test_nul_in_a_query_parameter_is_a_json_422(
     assert "NUL" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("query", "first", "last"),
+    [
+        ("to=0001-01-05", "0001-01-01", "0001-01-05"),
+        ("to=0001-01-30", "0001-01-01", "0001-01-30"),
+        ("to=0001-01-31", "0001-01-02", "0001-01-31"),
+        ("from=9999-12-30&to=9999-12-31", "9999-12-30", "9999-12-31"),
+    ],
+)
+async def test_a_usage_window_at_the_calendars_ends_is_answered(
+    client: httpx.AsyncClient, query: str, first: str, last: str
+) -> None:
+    response = await client.get(f"/api/usage?{query}")
+    assert response.status_code == 200, response.text
+    report = response.json()
+    assert (report["from"], report["to"], report["days"]) == (first, last, [])
+
+
 @pytest.mark.parametrize("value", [b"\xb2", b"-1", b"1.5", b"seven", b"9" * 30])
 async def test_a_last_event_id_that_is_not_a_seq_is_a_json_400(
     client: httpx.AsyncClient, value: bytes
