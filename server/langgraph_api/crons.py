@@ -23,7 +23,7 @@ from server.auth import Principal
 from server.db.pool import Pool
 from server.errors import InvalidGraphRequestError, LangGraphItemNotFoundError
 from server.ids import new_id
-from server.langgraph_api.assistants import resolve_assistant
+from server.langgraph_api.assistant_book import AssistantBook
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.threads import ThreadKeeper
 from server.timestamps import iso
@@ -97,14 +97,17 @@ class CronBook:
         `on_run_completed: delete` (the default) deletes each firing's new thread once its run has
         ended.
         """
-        entry = resolve_assistant(self.graphs, str(body.get("assistant_id") or ""))
+        # A graph id, its default assistant's id, or an assistant created through the API.
+        book = AssistantBook(self.pool, self.graphs, self.who)
+        assistant, _ = await book.get(str(body.get("assistant_id") or ""))
+        assistant_id = str(assistant["assistant_id"])
         schedule, zone = str(body.get("schedule") or ""), str(body.get("timezone") or "UTC")
         first = next_time(schedule, zone, datetime.now(UTC))
         if thread_id is not None:
             async with self.pool.connection() as conn:
                 await ThreadKeeper(self.pool, self.graphs, self.who).row(conn, thread_id)
         payload = {k: body[k] for k in _RUN_FIELDS if body.get(k) is not None}
-        payload["assistant_id"] = entry.graph_id
+        payload["assistant_id"] = assistant_id  # each firing runs with the assistant's config
         if thread_id is None and (body.get("on_run_completed") or "delete") == "delete":
             payload["on_completion"] = "delete"  # each firing's new thread, once its run ends
         async with self.pool.connection() as conn:
@@ -119,7 +122,7 @@ class CronBook:
                     self.who.user_id,
                     sorted(self.who.roles),
                     thread_id,
-                    entry.assistant_id,
+                    assistant_id,
                     schedule,
                     zone,
                     Jsonb(payload),
@@ -178,9 +181,10 @@ class CronBook:
         """Return the tenant's crons by `assistant_id` and `thread_id` (or their count)."""
         where, args = "tenant_id = %s", [self.who.tenant_id]
         if body.get("assistant_id"):
-            entry = resolve_assistant(self.graphs, str(body["assistant_id"]))
+            book = AssistantBook(self.pool, self.graphs, self.who)
+            assistant, _ = await book.get(str(body["assistant_id"]))
             where += " AND assistant_id = %s"
-            args.append(entry.assistant_id)
+            args.append(str(assistant["assistant_id"]))
         if body.get("thread_id"):
             where += " AND thread_id = %s"
             args.append(str(body["thread_id"]))

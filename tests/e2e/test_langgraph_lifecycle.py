@@ -225,6 +225,36 @@ async def test_a_cron_with_on_run_completed_delete_leaves_no_threads(
     await until(lambda: _is_zero(runs_left), "the cron's threads (and their runs) deleted")
 
 
+async def test_a_cron_on_an_assistant_created_through_the_api_runs_with_its_config(
+    client: LangGraphClient, fake: FakeOpenAI, pool: Pool
+) -> None:
+    fake.script("m-cron-asst", *[Reply(text=f"as configured {n}") for n in range(40)])
+    assistant = await client.assistants.create("tool_agent", context={"model": "m-cron-asst"})
+    tid = (await client.threads.create())["thread_id"]
+    cron = await client.crons.create_for_thread(
+        tid, assistant["assistant_id"], schedule="* * * * * *", input=ask("tick")
+    )
+    assert cron["assistant_id"] == assistant["assistant_id"]
+    found = await client.crons.search(assistant_id=assistant["assistant_id"])
+    assert [c["cron_id"] for c in found] == [cron["cron_id"]]
+
+    async def fired() -> list[str]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT run_id FROM lg_cron_firings WHERE cron_id = %s AND run_id LIKE 'run%%'",
+                (cron["cron_id"],),
+            )
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    await until(lambda: _at_least(fired, 1), "a firing")
+    run_id = (await fired())[0]
+    await client.crons.delete(cron["cron_id"])  # its firings go with it
+    values = await client.runs.join(tid, run_id)
+    run = await client.runs.get(tid, run_id)
+    assert run["assistant_id"] == assistant["assistant_id"]
+    assert values["messages"][-1]["content"].startswith("as configured")
+
+
 async def _at_least(read: Any, n: int) -> bool:
     return len(await read()) >= n
 
