@@ -1,5 +1,10 @@
 """Schemathesis over `/openapi.json`: no server error, every status and body as documented.
 
+Before fuzzing, the test stores one of each resource (a finished run, a run waiting for an
+approval, an artifact, an agent, a skill, a memory, a knowledge base with a document, a
+LangGraph assistant, thread and cron); the fuzzer takes their ids for path parameters most of
+the time, so operations on existing resources are fuzzed beyond their 404.
+
 The suite runs a small budget; `make fuzz` runs the same test with a large one
 (`FUZZ_EXAMPLES`, `FUZZ_MAX_TIME`, `FUZZ_SEED` tune it).
 """
@@ -7,36 +12,167 @@ The suite runs a small budget; `make fuzz` runs the same test with a large one
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from nodes.models.scripted import ScriptedTurn
-from server.app import create_app
+from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
+from server.app import create_app, default_tools
 from server.auth import create_api_key
 from server.db.pool import Pool
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
+from tests.support.artifact_tools import render_chart
 from tests.support.live import serve
+from tests.support.tools import launch_rocket
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "5"))
 MAX_TIME = int(os.environ.get("FUZZ_MAX_TIME", "40"))
 SEED = os.environ.get("FUZZ_SEED")
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
 
-pytestmark = pytest.mark.timeout(2 * MAX_TIME + 360)
+pytestmark = pytest.mark.timeout(2 * MAX_TIME + 480)
 
 
 @pytest.fixture(scope="module")
 async def base_url(settings: Settings) -> AsyncIterator[str]:
     secured = settings.model_copy(update={"auth_enabled": True, "max_message_chars": 2000})
-    models = ModelRegistry(secured, {"hi": [ScriptedTurn(text="hello")]})
-    async with serve(create_app(secured, models=models)) as url:
+    models = ModelRegistry(
+        secured,
+        {
+            "hi": [ScriptedTurn(text="hello")],
+            "rocket": [
+                ScriptedTurn(
+                    tool_calls=[ScriptedToolCall(name="launch_rocket", args={"target": "moon"})]
+                ),
+                ScriptedTurn(text="launched"),
+            ],
+            "chart": [
+                ScriptedTurn(tool_calls=[ScriptedToolCall(name="render_chart", args={"size": 64})]),
+                ScriptedTurn(text="drawn"),
+            ],
+        },
+    )
+    tools = [*default_tools(secured), launch_rocket, render_chart]
+    async with serve(create_app(secured, models=models, tools=tools)) as url:
         yield url
+
+
+async def _until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
+    """Return `check()`'s first truthy answer, polled until a generous deadline."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if found := await check():
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never saw {what}")
+
+
+def _span_ids(span: dict[str, Any]) -> list[str]:
+    return [span["spanId"], *(i for child in span.get("children", []) for i in _span_ids(child))]
+
+
+async def _seed(c: httpx.AsyncClient) -> dict[str, list[str]]:
+    """Store one of each resource; return the ids for each path parameter."""
+
+    async def ok(response: Awaitable[httpx.Response]) -> Any:
+        answer = await response
+        assert answer.status_code < 300, answer.text
+        return answer.json()
+
+    async def run_of(model: str) -> str:
+        conv = (await ok(c.post("/api/conversations", json={})))["conversationId"]
+        posted = c.post(
+            f"/api/conversations/{conv}/messages", json={"content": "go", "model": model}
+        )
+        return str((await ok(posted))["runId"])
+
+    async def status(run: str) -> str:
+        return str((await ok(c.get(f"/api/runs/{run}")))["status"])
+
+    done, waiting, drawn = [await run_of(f"scripted:{m}") for m in ("hi", "rocket", "chart")]
+    await _until(lambda: _is(status(done), "completed"), "the first run complete")
+    await _until(lambda: _is(status(drawn), "completed"), "the chart run complete")
+
+    async def pending() -> list[str]:
+        rows = (await ok(c.get(f"/api/runs/{waiting}/approvals")))["approvals"]
+        return [a["approvalId"] for a in rows if a["status"] == "pending"]
+
+    approvals = await _until(pending, "the approval")
+    trace = await _until(lambda: ok(c.get(f"/api/runs/{done}/trace")), "the trace")
+    artifacts = (await ok(c.get(f"/api/runs/{drawn}/artifacts")))["artifacts"]
+    run = await ok(c.get(f"/api/runs/{done}"))
+    await ok(c.post("/api/agents", json={"name": "helper", "instructions": "Be brief."}))
+    skill_md = "---\nname: house-style\ndescription: Write plainly.\n---\nBe plain.\n"
+    await ok(c.post("/api/skills", json={"skillMd": skill_md}))
+    memory = await ok(c.post("/api/memories", json={"text": "The user likes tea."}))
+    kb = await ok(c.post("/api/knowledge-bases", json={"name": "handbook"}))
+    document = await ok(
+        c.post(
+            f"/api/knowledge-bases/{kb['id']}/documents",
+            files={"file": ("tea.md", b"# Tea\n\nSteep for three minutes.", "text/markdown")},
+        )
+    )
+    assistant = await ok(c.post("/assistants", json={"graph_id": "agent"}))
+    thread = await ok(c.post("/threads", json={}))
+    ask = {"messages": [{"role": "user", "content": "hi"}]}
+    thread_run = await ok(
+        c.post(f"/threads/{thread['thread_id']}/runs", json={"assistant_id": "agent", "input": ask})
+    )
+    await ok(c.get(f"/threads/{thread['thread_id']}/runs/{thread_run['run_id']}/join"))
+    state = await ok(c.get(f"/threads/{thread['thread_id']}/state"))
+    cron = await ok(
+        c.post(
+            "/runs/crons",
+            json={"assistant_id": assistant["assistant_id"], "schedule": "0 0 1 1 *"},
+        )
+    )
+    return {
+        "conversation_id": [run["conversationId"]],
+        "run_id": [done, waiting, drawn, thread_run["run_id"]],
+        "approval_id": approvals,
+        "span_id": _span_ids(trace["root"]),
+        "kind": ["input", "output"],
+        "name": ["helper", "house-style"],
+        "memory_id": [memory["id"]],
+        "artifact_id": [a["id"] for a in artifacts],
+        "kb": [kb["id"], "handbook"],
+        "document_id": [document["id"]],
+        "assistant_id": [assistant["assistant_id"]],
+        "thread_id": [thread["thread_id"]],
+        "checkpoint_id": [state["checkpoint"]["checkpoint_id"]],
+        "cron_id": [cron["cron_id"]],
+    }
+
+
+async def _is(value: Awaitable[str], expected: str) -> bool:
+    return await value == expected
+
+
+# Ids that request bodies carry too (a LangGraph run's or cron's assistant, a thread).
+BODY_IDS = ("assistant_id", "thread_id")
+
+
+def _config(ids: dict[str, list[str]], folder: Path) -> Path:
+    """Write a schemathesis config that draws each path parameter from `ids` most of the time."""
+    lines = []
+    for name, values in ids.items():
+        lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}", ""]
+    lines.append("[parameters]")
+    bound = [f"path.{name}" for name in ids] + [f"body.{name}" for name in BODY_IDS]
+    for key in bound:
+        name = key.partition(".")[2]
+        lines.append(f'"{key}" = {{ dictionary = "{name}", probability = 0.8 }}')
+    path = folder / "schemathesis.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 # Erasing a user revokes their keys: fuzzed with the others, it erases the fuzzer itself once
@@ -45,7 +181,7 @@ async def base_url(settings: Settings) -> AsyncIterator[str]:
 SELF_ERASING = "DELETE /api/users/{user_id}/data"
 
 
-async def _schemathesis(base_url: str, key: str, report_dir: Path, *args: str) -> str:
+async def _schemathesis(base_url: str, key: str, config: Path, report_dir: Path, *args: str) -> str:
     """Run the schemathesis CLI with `args`; return its output, failing the test on findings."""
     common = [
         f"{base_url}/openapi.json",
@@ -62,6 +198,7 @@ async def _schemathesis(base_url: str, key: str, report_dir: Path, *args: str) -
     cli = Path(sys.executable).with_name("schemathesis")
     proc = await asyncio.create_subprocess_exec(
         str(cli),
+        f"--config-file={config}",
         "run",
         *common,
         *args,
@@ -82,24 +219,35 @@ async def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(
     base_url: str, pool: Pool, tmp_path: Path
 ) -> None:
     key = await create_api_key(pool, "fuzz", "fuzzer", ["admin"])
-    await _schemathesis(
-        base_url,
-        key,
-        tmp_path,
-        f"--max-examples={EXAMPLES}",
-        f"--max-time={MAX_TIME}",
-        "--phases=examples,coverage,fuzzing",
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as c:
+        ids = await _seed(c)
+    assert all(ids.values()), ids
+    config = _config(ids, tmp_path)
+
+    async def fuzz(*args: str) -> None:
+        await _schemathesis(base_url, key, config, tmp_path, f"--max-examples={EXAMPLES}", *args)
+        # Every operation was fuzzed with a working key: none locked the fuzzer out.
+        async with httpx.AsyncClient(base_url=base_url, headers=headers) as c:
+            me = await c.get("/api/usage")
+        assert me.status_code == 200, me.text
+
+    # Deletes last, so that the other operations meet the stored resources; the fuzzer's own
+    # erasure after everything.
+    phases = "--phases=examples,coverage,fuzzing"
+    await fuzz(phases, f"--max-time={MAX_TIME}", "--exclude-method=DELETE")
+    await fuzz(
+        phases,
+        f"--max-time={max(MAX_TIME // 2, 10)}",
+        "--include-method=DELETE",
         f"--exclude-name={SELF_ERASING}",
     )
-    # Every operation was fuzzed with a working key: none of them locked the fuzzer out.
-    async with httpx.AsyncClient(base_url=base_url) as client:
-        me = await client.get("/api/usage", headers={"Authorization": f"Bearer {key}"})
-    assert me.status_code == 200, me.text
     await _schemathesis(
         base_url,
         key,
+        config,
         tmp_path,
         f"--max-examples={EXAMPLES}",
-        "--phases=examples,coverage,fuzzing",
+        phases,
         f"--include-name={SELF_ERASING}",
     )
