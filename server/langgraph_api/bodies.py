@@ -6,7 +6,7 @@ newer client keeps working; a field of the wrong type is refused with 422 naming
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -225,6 +225,20 @@ class LatestVersion(Body):
     version: int = Field(ge=1, le=2**31 - 1)
 
 
+def _in_utc(value: datetime) -> datetime:
+    """Return `value` in UTC (a time without an offset is taken as UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time is out of range once converted to UTC") from None
+
+
+# Stored as given, an offset Postgres refuses (beyond ±15:59) failed the write.
+UtcTime = Annotated[datetime, AfterValidator(_in_utc)]
+
+
 class CronCreate(Body):
     """A cron: a schedule and the run it starts."""
 
@@ -242,7 +256,7 @@ class CronCreate(Body):
     stream_mode: str | list[str] | None = None
     stream_subgraphs: bool | None = None
     durability: Literal["sync", "async", "exit"] | None = None
-    end_time: datetime | None = None
+    end_time: UtcTime | None = None
     enabled: bool | None = None
     on_run_completed: Literal["delete", "keep"] | None = None
 
@@ -257,7 +271,7 @@ class CronPatch(Body):
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(None, max_length=2048)
-    end_time: datetime | None = None
+    end_time: UtcTime | None = None
     enabled: bool | None = None
 
 

@@ -255,6 +255,34 @@ async def test_a_cron_on_an_assistant_created_through_the_api_runs_with_its_conf
     assert values["messages"][-1]["content"].startswith("as configured")
 
 
+@pytest.mark.parametrize(
+    ("end_time", "stored"),
+    [
+        ("2030-01-01T12:00:00+17:03", "2029-12-31T18:57:00+00:00"),
+        ("2030-01-01T12:00:00", "2030-01-01T12:00:00+00:00"),
+        ("0001-01-01T00:00:00+05:00", None),
+        ("9999-12-31T23:59:59-05:00", None),
+    ],
+)
+async def test_a_crons_end_time_is_stored_in_utc_or_refused(
+    url: str, end_time: str, stored: str | None
+) -> None:
+    body = {"assistant_id": "tool_agent", "schedule": "0 0 1 1 *", "end_time": end_time}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        created = await http.post("/runs/crons", json=body)
+        if stored is None:  # before the calendar's first day or after its last, in UTC
+            assert created.status_code == 422, created.text
+            assert "out of range" in created.json()["error"]["message"]
+            return
+        assert created.status_code == 200, created.text
+        cron = created.json()
+        assert cron["end_time"] == stored
+        patched = await http.patch(f"/runs/crons/{cron['cron_id']}", json=body)
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["end_time"] == stored
+        await http.delete(f"/runs/crons/{cron['cron_id']}")
+
+
 async def _at_least(read: Any, n: int) -> bool:
     return len(await read()) >= n
 
