@@ -202,12 +202,7 @@ async def test_a_cron_with_on_run_completed_delete_leaves_no_threads(
     )
 
     async def fired() -> list[str]:
-        async with pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT run_id FROM lg_cron_firings WHERE cron_id = %s AND run_id IS NOT NULL",
-                (cron["cron_id"],),
-            )
-            return [r["run_id"] for r in await cur.fetchall()]
+        return await _fired_runs(pool, cron["cron_id"])
 
     await until(lambda: _at_least(fired, 2), "two firings")
     await client.crons.delete(cron["cron_id"])
@@ -239,12 +234,7 @@ async def test_a_cron_on_an_assistant_created_through_the_api_runs_with_its_conf
     assert [c["cron_id"] for c in found] == [cron["cron_id"]]
 
     async def fired() -> list[str]:
-        async with pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT run_id FROM lg_cron_firings WHERE cron_id = %s AND run_id LIKE 'run%%'",
-                (cron["cron_id"],),
-            )
-            return [r["run_id"] for r in await cur.fetchall()]
+        return await _fired_runs(pool, cron["cron_id"])
 
     await until(lambda: _at_least(fired, 1), "a firing")
     run_id = (await fired())[0]
@@ -281,6 +271,16 @@ async def test_a_crons_end_time_is_stored_in_utc_or_refused(
         assert patched.status_code == 200, patched.text
         assert patched.json()["end_time"] == stored
         await http.delete(f"/runs/crons/{cron['cron_id']}")
+
+
+async def _fired_runs(pool: Pool, cron_id: str) -> list[str]:
+    """The runs a cron's firings started (a firing that failed records its error instead)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT run_id FROM lg_cron_firings WHERE cron_id = %s AND run_id LIKE 'run%%'",
+            (cron_id,),
+        )
+        return [r["run_id"] for r in await cur.fetchall()]
 
 
 async def _at_least(read: Any, n: int) -> bool:
