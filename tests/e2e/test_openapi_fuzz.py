@@ -181,10 +181,9 @@ def _config(ids: dict[str, list[str]], folder: Path) -> Path:
 # it guesses the user id (which responses show), and every operation after answers 401. It is
 # fuzzed on its own, last.
 SELF_ERASING = "DELETE /api/users/{user_id}/data"
-# Requests that wait for a run to end, or follow a thread until the client leaves, their
-# heartbeats keeping the connection open: with a stored assistant or thread, a fuzzed run that
-# starts late (`after_seconds`) or waits behind another keeps them open past any budget. They
-# are fuzzed without the stored ids.
+# Requests that wait for a run to end, their heartbeats keeping the connection open: with a
+# stored assistant, a fuzzed run that starts late (`after_seconds`) keeps them open past any
+# budget. They are fuzzed without the stored ids.
 BLOCKING = (
     "POST /runs/wait",
     "POST /runs/stream",
@@ -192,8 +191,11 @@ BLOCKING = (
     "POST /threads/{thread_id}/runs/stream",
     "GET /threads/{thread_id}/runs/{run_id}/join",
     "GET /threads/{thread_id}/runs/{run_id}/stream",
-    "GET /threads/{thread_id}/stream",
 )
+# A thread's join stream follows the thread until the client leaves: on any thread that
+# exists, a request never ends. Other operations create threads of any id (`if_not_exists`),
+# so it is fuzzed first, on random ids, before they run.
+ENDLESS = "GET /threads/{thread_id}/stream"
 
 
 async def _schemathesis(base_url: str, key: str, config: Path, report_dir: Path, *args: str) -> str:
@@ -247,12 +249,21 @@ async def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(
             me = await c.get("/api/usage")
         assert me.status_code == 200, me.text
 
-    # Deletes last, so that the other operations meet the stored resources; the fuzzer's own
-    # erasure after everything.
+    # The thread's join stream first; deletes last, so that the other operations meet the
+    # stored resources; the fuzzer's own erasure after everything.
     phases = "--phases=examples,coverage,fuzzing"
-    blocking = [f"--exclude-name={name}" for name in BLOCKING]
-    await fuzz(phases, f"--max-time={MAX_TIME}", "--exclude-method=DELETE", *blocking)
     plain = _config({}, tmp_path / "plain")
+    await _schemathesis(
+        base_url,
+        key,
+        plain,
+        tmp_path,
+        f"--max-examples={EXAMPLES}",
+        phases,
+        f"--include-name={ENDLESS}",
+    )
+    blocking = [f"--exclude-name={name}" for name in (*BLOCKING, ENDLESS)]
+    await fuzz(phases, f"--max-time={MAX_TIME}", "--exclude-method=DELETE", *blocking)
     only = [f"--include-name={name}" for name in BLOCKING]
     await _schemathesis(base_url, key, plain, tmp_path, f"--max-examples={EXAMPLES}", phases, *only)
     await fuzz(
