@@ -87,19 +87,22 @@ async def _seed(c: httpx.AsyncClient) -> dict[str, list[str]]:
         assert answer.status_code < 300, answer.text
         return answer.json()
 
-    async def run_of(model: str) -> str:
+    async def run_of(model: str) -> tuple[str, str]:
+        """Post a message in a new conversation; return the conversation and the run."""
         conv = (await ok(c.post("/api/conversations", json={})))["conversationId"]
         posted = c.post(
             f"/api/conversations/{conv}/messages", json={"content": "go", "model": model}
         )
-        return str((await ok(posted))["runId"])
+        return conv, str((await ok(posted))["runId"])
 
-    async def status(run: str) -> str:
-        return str((await ok(c.get(f"/api/runs/{run}")))["status"])
+    async def completed(run: str) -> bool:
+        return bool((await ok(c.get(f"/api/runs/{run}")))["status"] == "completed")
 
-    done, waiting, drawn = [await run_of(f"scripted:{m}") for m in ("hi", "rocket", "chart")]
-    await _until(lambda: _is(status(done), "completed"), "the first run complete")
-    await _until(lambda: _is(status(drawn), "completed"), "the chart run complete")
+    (conv, done), (_, waiting), (_, drawn) = [
+        await run_of(f"scripted:{m}") for m in ("hi", "rocket", "chart")
+    ]
+    await _until(lambda: completed(done), "the first run complete")
+    await _until(lambda: completed(drawn), "the chart run complete")
 
     async def pending() -> list[str]:
         rows = (await ok(c.get(f"/api/runs/{waiting}/approvals")))["approvals"]
@@ -108,7 +111,6 @@ async def _seed(c: httpx.AsyncClient) -> dict[str, list[str]]:
     approvals = await _until(pending, "the approval")
     trace = await _until(lambda: ok(c.get(f"/api/runs/{done}/trace")), "the trace")
     artifacts = (await ok(c.get(f"/api/runs/{drawn}/artifacts")))["artifacts"]
-    run = await ok(c.get(f"/api/runs/{done}"))
     await ok(c.post("/api/agents", json={"name": "helper", "instructions": "Be brief."}))
     skill_md = "---\nname: house-style\ndescription: Write plainly.\n---\nBe plain.\n"
     await ok(c.post("/api/skills", json={"skillMd": skill_md}))
@@ -135,7 +137,7 @@ async def _seed(c: httpx.AsyncClient) -> dict[str, list[str]]:
         )
     )
     return {
-        "conversation_id": [run["conversationId"]],
+        "conversation_id": [conv],
         # Not the run waiting for its approval: its streams stay open until it ends.
         "run_id": [done, drawn, thread_run["run_id"]],
         "approval_id": approvals,
@@ -151,10 +153,6 @@ async def _seed(c: httpx.AsyncClient) -> dict[str, list[str]]:
         "checkpoint_id": [state["checkpoint"]["checkpoint_id"]],
         "cron_id": [cron["cron_id"]],
     }
-
-
-async def _is(value: Awaitable[str], expected: str) -> bool:
-    return await value == expected
 
 
 # Ids that request bodies carry too (a LangGraph run's or cron's assistant, a thread).
