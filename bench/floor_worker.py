@@ -15,7 +15,9 @@ guarantees:
   the generation moved on; a takeover takes that lock exclusively before it bumps it. A
   worker that lost its lease can write nothing that wins. A step's task writes wait for the
   step's checkpoint and commit in its transaction, the input checkpoint in the first step's,
-  and the graph's last checkpoint in the transaction that ends the run
+  the checkpoints of the steps a later attempt may run again at no cost (the first step,
+  building the context, the tools' step) in the next step's or in the next event batch's
+  (ahead of the events), and the graph's last checkpoint in the transaction that ends the run
   (`HoldingPostgresSaver`), as agentrt's do.
 - **Tools run once.** The tool call is recorded (committed) before the tool runs, and its
   result (committed) before the graph goes on; a later attempt finds the result and does not
@@ -207,6 +209,16 @@ class AttemptWriter(Writer):
                             await last(own)  # rolls back with a fenced-out append
                         await own.execute(APPEND, params)
                         await own.execute(END_RUN, (self.run_id, self.generation))
+                elif (lead := self.last.lead()) is not None:
+                    # Deferred checkpoints go first: no event ahead of its step's checkpoint.
+                    try:
+                        async with own.pipeline(), own.transaction():
+                            await lead.write(own)
+                            await own.execute(APPEND, params)
+                    except BaseException as exc:
+                        lead.landed(exc)
+                        raise
+                    lead.landed(None)
                 else:
                     await own.execute(APPEND, params)
         self.seq += len(batch)
@@ -311,7 +323,12 @@ class FloorWorker:
         config: RunnableConfig = {
             "configurable": {"thread_id": writer.run_id, FENCE_LAST: writer.last}
         }
-        context = RunContext(model=self.eng.model, tools=self.tools, ending=writer.last.expect)
+        context = RunContext(
+            model=self.eng.model,
+            tools=self.tools,
+            ending=writer.last.expect,
+            deferring=writer.last.defer,
+        )
         graph_input = {"messages": [HumanMessage("go")], "run_id": "floor", "step": 0}
         try:
             async for part in self.eng.graph.astream(

@@ -72,3 +72,16 @@ class RunContext:
     # Told by the router, before the step's checkpoint, that the model's turn ends the run:
     # the server then stores that last checkpoint with the run's end (docs/decisions/2021).
     ending: Callable[[], None] | None = field(default=None, compare=False)
+    # Told by a node whose work a later attempt may do again at no cost (build_context,
+    # dispatch_tools) that its step's checkpoint may wait for the next one's: the server then
+    # stores the two in one transaction (docs/decisions/2022).
+    deferring: Callable[[], None] | None = field(default=None, compare=False)
+
+    def checkpoint_may_wait(self) -> None:
+        """Say, from a node, that its step's checkpoint may go with the next one's.
+
+        Only for a node that a later attempt may run again at no cost: a crash before the
+        next checkpoint is stored finds neither, and that attempt runs the node again.
+        """
+        if self.deferring is not None:
+            self.deferring()

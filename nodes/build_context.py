@@ -87,4 +87,7 @@ async def build_context(state: AgentState, runtime: Runtime[RunContext]) -> dict
     update: dict[str, Any] = {"context_manifest": built.manifest, **loaded}
     if built.counts:
         update["token_counts"] = built.counts
+    # Building again costs a later attempt no side effect (a summary is kept in its own
+    # store), so this step's checkpoint may go with the model call's.
+    context.checkpoint_may_wait()
     return update

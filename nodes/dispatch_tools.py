@@ -189,4 +189,6 @@ async def dispatch_tools(state: AgentState, runtime: Runtime[RunContext]) -> dic
     for call in calls:
         result = results[call.call_id]
         messages.append(result.to_message(budget_for(toolbox, call.spec)))
+    # Run again, the step replays the outcomes the ledger recorded: its checkpoint may wait.
+    context.checkpoint_may_wait()
     return {"messages": messages, **update}

@@ -20,7 +20,7 @@ from graphs.agent import build_agent_graph
 from server.agents.files import sync_agents
 from server.artifacts.retention import prune_artifacts
 from server.artifacts.storage import Storage, make_storage
-from server.db.checkpoint import FencedPostgresSaver
+from server.db.checkpoint import HOLD_WRITES_S, FencedPostgresSaver
 from server.db.maintenance import prune_checkpoints
 from server.db.pool import Pool, database_url, migrate, migration_lock, open_pool
 from server.errors import MemoryConfigError, StartupError
@@ -94,9 +94,13 @@ class Runtime:
         )
 
 
-async def setup_checkpointer(pool: Pool) -> FencedPostgresSaver:
-    """Create LangGraph's (fenced) checkpointer on our pool and run its migrations once."""
-    checkpointer = FencedPostgresSaver(pool)
+async def setup_checkpointer(pool: Pool, hold_s: float = HOLD_WRITES_S) -> FencedPostgresSaver:
+    """Create LangGraph's (fenced) checkpointer on our pool and run its migrations once.
+
+    `hold_s`: how long a run's task writes, and a checkpoint that may wait, wait for the next
+    checkpoint write to go in its transaction (0: not at all).
+    """
+    checkpointer = FencedPostgresSaver(pool, hold_writes_s=hold_s)
     async with migration_lock(pool):
         await checkpointer.setup()
     return checkpointer
@@ -130,7 +134,7 @@ async def open_runtime(
             pool = await stack.enter_async_context(open_pool(url, settings))
         async with waiting("schema migrations (another process may hold the migration lock)"):
             applied = await migrate(pool)
-            checkpointer = await setup_checkpointer(pool)
+            checkpointer = await setup_checkpointer(pool, settings.checkpoint_hold_s)
         await sync_agents(pool, settings)
         await sync_repository(pool, settings.skills_dir)
         metrics = Metrics()

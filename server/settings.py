@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     # every `event_pace_s`.
     event_linger_s: float = Field(default=0.05, gt=0)
     event_pace_s: float = Field(default=0.025, gt=0)
+    # A run's step writes, and the checkpoint of a step a later attempt may run again at no
+    # cost (building the context, the tools' step), wait up to this long for the next
+    # checkpoint write to go in its transaction; 0: each is stored at once.
+    checkpoint_hold_s: float = Field(default=0.1, ge=0)
 
     drain_grace_s: float = 20.0
     max_recoveries: int = 3

@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -128,6 +128,19 @@ class _Held:
     config: RunnableConfig
     statements: list[_Statement]
     timer: asyncio.TimerHandle | None  # None: held for the run's end (`LastCheckpoint`)
+    input: bool = False  # holds a run's input checkpoint
+
+
+@dataclass
+class Lead:
+    """Checkpoints held with a time limit, lent to another transaction of the run.
+
+    `write` stores them (first in that transaction, which must roll back whole if the run's
+    lease was lost); `landed` is called once it has ended, with its error if it failed.
+    """
+
+    write: Callable[[AsyncConnection[Any]], Awaitable[None]]
+    landed: Callable[[BaseException | None], None]
 
 
 def _held_key(config: RunnableConfig) -> tuple[str, str, str]:
@@ -162,19 +175,33 @@ class LastCheckpoint:
     (`take`), so the run is never recorded as ended without its last state, nor the last
     state without the end (docs/decisions/2021). Should another checkpoint follow after all,
     it takes the held one into its own transaction, as for held task writes.
+
+    The graph may also say, through `defer` (the agent graph's `build_context`), that the
+    checkpoint of its current step may wait for the next one: the saver holds it as it holds
+    task writes, up to its hold time, for the next checkpoint's transaction (docs/decisions/
+    2022). Whatever of it is still held when the run ends goes in the end's transaction too.
     """
 
     def __init__(self) -> None:
-        self._expected = False
+        self._expected: Literal["last", "deferred"] | None = None
         self._held: tuple[HoldingPostgresSaver, tuple[str, str, str]] | None = None
 
     def expect(self) -> None:
         """Say that the checkpoint of the graph's current step is its last."""
-        self._expected = True
+        self._expected = "last"
 
-    def _due(self) -> bool:
-        """Consume the graph's word: whether the next checkpoint is the last."""
-        due, self._expected = self._expected, False
+    def defer(self) -> None:
+        """Say that the checkpoint of the graph's current step may wait for the next one.
+
+        Only for a step whose work a later attempt may do again at no cost: a crash before
+        the next checkpoint is stored finds neither, and that attempt runs the step again.
+        """
+        if self._expected is None:
+            self._expected = "deferred"
+
+    def _due(self) -> Literal["last", "deferred"] | None:
+        """Consume the graph's word: how the next checkpoint is to be held, if at all."""
+        due, self._expected = self._expected, None
         return due
 
     def _keep(self, saver: HoldingPostgresSaver, key: tuple[str, str, str]) -> None:
@@ -187,6 +214,20 @@ class LastCheckpoint:
         (saver, key), self._held = self._held, None
         held = saver._release(key)
         return None if held is None else (saver, held)
+
+    def lead(self) -> Lead | None:
+        """Lend the checkpoints held with a time limit to the run's next event append.
+
+        A step's events may be stored only with its checkpoint or after it: events stored
+        ahead of a deferred checkpoint would be reported again by the attempt that runs the
+        step again after a crash. So the event writer's transaction stores them first
+        (docs/decisions/2022). None when nothing is held, or only the run's last checkpoint
+        (which waits for the run's end).
+        """
+        if self._held is None:
+            return None
+        saver, key = self._held
+        return saver._lend(key)
 
     def take(self) -> Callable[[AsyncConnection[Any]], Awaitable[None]] | None:
         """The held checkpoint's write, for the transaction that records the run's end.
@@ -371,7 +412,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
     resume, a scheduled task) are followed by no checkpoint: they go at once, with whatever
     was held for their checkpoint. Held writes whose checkpoint does not come in time are
     stored by themselves. A run's input checkpoint is held the same way, with its writes, for
-    the first step's checkpoint.
+    the first step's checkpoint, and so is a checkpoint the graph says may wait for the next.
     """
 
     def __init__(self, *args: Any, hold_writes_s: float = HOLD_WRITES_S, **kwargs: Any) -> None:
@@ -396,29 +437,45 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         step's checkpoint. Held like task writes, the input checkpoint and `__start__`'s writes
         go first in that checkpoint's transaction: one transaction fewer before the first node
         runs, and a crash between the two finds neither, as one during `__start__` would
-        (docs/decisions/2019). A checkpoint the graph calls its last (`LastCheckpoint`) is held
-        with no time limit, for the transaction that records the run's end
-        (docs/decisions/2021).
+        (docs/decisions/2019). In a run whose graph passes a `LastCheckpoint`, the first step's
+        checkpoint and one the graph says may wait (`LastCheckpoint.defer`) are held the same
+        way, for the next checkpoint's transaction (docs/decisions/2022). A
+        checkpoint the graph calls its last (`LastCheckpoint.expect`) is held with no time
+        limit, for the transaction that records the run's end (docs/decisions/2021).
         """
         source = metadata.get("source")
         last = _last_of(config)
+        word: Literal["last", "deferred"] | None = None
         # The graph's word is consumed by its own namespace's next step checkpoint only.
-        last_one = (
+        if (
             last is not None
             and source == "loop"
             and not config["configurable"].get("checkpoint_ns")
-            and last._due()
-        )
-        input_one = source == "input" and self._hold_writes_s > 0
-        if not ((input_one or last_one) and self._holds(config)):
+        ):
+            word = last._due()
+            if word is None and self._after_input(config):
+                # The first step's: a later attempt copies the input again (`__start__`).
+                word = "deferred"
+        last_one = word == "last"
+        timed = (source == "input" or word == "deferred") and self._hold_writes_s > 0
+        if not ((timed or last_one) and self._holds(config)):
             return await super().aput(config, checkpoint, metadata, new_versions)
         carried = await self._carried(config)
         statements, stored = self._checkpoint_statements(config, checkpoint, metadata, new_versions)
         key = _held_key(stored)
         self._hold(key, config, [*carried, *statements], timed=not last_one)
-        if last is not None and last_one:
+        if source == "input":
+            self._held[key].input = True
+        if last is not None and word is not None:
             last._keep(self, key)
         return stored
+
+    def _after_input(self, config: RunnableConfig) -> bool:
+        """Whether `config` names a run's input checkpoint, still held."""
+        if get_checkpoint_id(config) is None:
+            return False
+        held = self._held.get(_held_key(config))
+        return held is not None and held.input
 
     async def _carried(self, config: RunnableConfig) -> Sequence[_Statement]:
         """What is held for the checkpoint `config` puts: its parent's writes (and parent)."""
@@ -476,6 +533,34 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         if held is not None and held.timer is not None:
             held.timer.cancel()
         return held
+
+    def _lend(self, key: tuple[str, str, str]) -> Lead | None:
+        """Lend what is held with a time limit for `key` to another transaction of the run.
+
+        Until that transaction has ended, the next checkpoint waits for it, as for writes
+        stored after their hold ran out.
+        """
+        held = self._held.get(key)
+        if held is None or held.timer is None:
+            return None
+        self._release(key)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._storing[key] = done
+        statements = held.statements
+
+        async def write(conn: AsyncConnection[Any]) -> None:
+            async with conn.cursor(binary=True) as cur:
+                await _execute(cur, statements)
+
+        def landed(exc: BaseException | None) -> None:
+            if self._storing.get(key) is done:
+                del self._storing[key]
+            if not done.done():
+                done.set_result(None)
+            if exc is not None:
+                log.warning("checkpoints lent to an event append were not stored: %s", exc)
+
+        return Lead(write, landed)
 
     def _store_held(self, key: tuple[str, str, str]) -> None:
         """Store writes whose checkpoint did not come in time, by themselves."""

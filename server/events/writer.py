@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from graphs.events import EventType
-from server.db.checkpoint import Landing
+from server.db.checkpoint import Landing, Lead
 from server.db.pool import Conn, Pool
 from server.errors import LeaseLostError, RunFinishedError
 from server.events.log import (
@@ -103,6 +103,9 @@ class EventWriter:
         # back at the head of the buffer until the log says whether it was stored.
         self._doubt: tuple[RunHead, list[NewEvent]] | None = None
         self.error: BaseException | None = None
+        # Lends the run's deferred checkpoints to the flusher's appends, which store them first
+        # (`LastCheckpoint.lead`): no event of a step is stored ahead of its checkpoint.
+        self.lead: Callable[[], Lead | None] | None = None
         self._task = asyncio.create_task(self._run(), name=f"event-writer-{head.run_id}")
 
     @property
@@ -171,7 +174,7 @@ class EventWriter:
             await self._settle()
             queued = self._take(len(self._buffer))
             try:
-                await self._append(queued + events, extra, before)
+                await self._append_led(queued + events, extra, before)
             except (LeaseLostError, RunFinishedError) as exc:
                 # What was queued cannot be stored either: the writer is done.
                 self.error = exc
@@ -356,6 +359,30 @@ class EventWriter:
                     self.head = stored
                     return
 
+    async def _append_led(
+        self,
+        batch: list[NewEvent],
+        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
+        before: Callable[[Conn], Awaitable[None]] | None = None,
+    ) -> None:
+        """`_append`, with the run's deferred checkpoints stored first if any are held."""
+        lead = self.lead() if self.lead is not None else None
+        if lead is None:
+            await self._append(batch, extra, before)
+            return
+
+        async def led(conn: Conn) -> None:
+            await lead.write(conn)
+            if before is not None:
+                await before(conn)
+
+        try:
+            await self._append(batch, extra, led)
+        except BaseException as exc:
+            lead.landed(exc)
+            raise
+        lead.landed(None)
+
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
@@ -366,7 +393,7 @@ class EventWriter:
                         await self._settle()
                         batch = self._take(min(len(self._buffer), self._max_batch))
                         if batch:
-                            await self._append(batch)
+                            await self._append_led(batch)
                 except BaseException as exc:
                     self.error = exc
                     self._buffer.clear()

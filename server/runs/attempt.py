@@ -334,6 +334,7 @@ class Attempt:
             ),
             artifacts=self._artifacts(),
             ending=self.last.expect,
+            deferring=self.last.defer,
         )
 
     def _artifacts(self) -> RunArtifacts | None:

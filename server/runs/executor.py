@@ -73,6 +73,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     kind = GraphAttempt if "langgraph" in run.options else Attempt
     attempt = kind(deps, claim, handle, projector, emit, recorded, writer)
+    writer.lead = attempt.last.lead  # a step's events never stored ahead of its checkpoint
     info = RunInfo(run.id, run.conversation_id, run.tenant_id, head.attempt)
     token = run_context.set({"run_id": run.id, "tenant_id": run.tenant_id})
     try:

@@ -150,11 +150,12 @@ async def test_each_steps_task_writes_commit_with_the_checkpoint_that_ends_the_s
     assert row is not None and row["last"] == row["ended"]
 
 
-async def test_a_tools_start_and_end_are_stored_with_the_checkpoint_after_the_tools(
+async def test_a_tools_start_and_end_ride_the_write_that_follows_the_tools(
     settings: Settings, pool: Pool
 ) -> None:
     # A linger no tool here outlasts, however loaded the machine: the calculator's start waits
-    # for its end, and both for the checkpoint that follows the tools' step.
+    # for its end, and both for the next write of the run after the tools' step: a checkpoint,
+    # or the answer's first events (the tools' checkpoint may wait for the next one's).
     lingering = settings.model_copy(update={"event_linger_s": 30.0})
     app = create_app(lingering, models=ModelRegistry(lingering, SCRIPTS))
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -164,12 +165,63 @@ async def test_a_tools_start_and_end_are_stored_with_the_checkpoint_after_the_to
     assert kinds.index("tool.started") < kinds.index("tool.completed")
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT e.type, EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = %s"
-            " AND c.xmin::text = e.xmin::text) AS with_checkpoint, e.xmin::text AS tx"
+            "SELECT e.type, e.xmin::text AS tx, EXISTS (SELECT 1 FROM checkpoints c"
+            " WHERE c.thread_id = %s AND c.xmin::text = e.xmin::text) OR EXISTS (SELECT 1"
+            " FROM run_events o WHERE o.run_id = e.run_id AND o.xmin::text = e.xmin::text"
+            " AND o.type NOT LIKE 'tool.%%') AS carried"
             " FROM run_events e WHERE e.run_id = %s AND e.type LIKE 'tool.%%'",
             (accepted["conversationId"], accepted["runId"]),
         )
         rows = {r["type"]: r for r in await cur.fetchall()}
-    # Both rode that checkpoint's transaction, in no transaction of their own.
+    # Both rode another write's transaction, in no transaction of their own.
     assert rows["tool.started"]["tx"] == rows["tool.completed"]["tx"]
-    assert rows["tool.started"]["with_checkpoint"]
+    assert rows["tool.started"]["carried"]
+
+
+async def test_the_first_context_and_tools_steps_checkpoints_ride_later_writes(
+    settings: Settings, pool: Pool
+) -> None:
+    # A hold and a linger no step here outlasts, however loaded the machine.
+    holding = settings.model_copy(update={"checkpoint_hold_s": 30.0, "event_linger_s": 30.0})
+    app = create_app(holding, models=ModelRegistry(holding, SCRIPTS))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        accepted = await start_run(client, "what is 6*7?", model="scripted:calc")
+        events = await read_sse(client, accepted["streamUrl"])
+    assert events[-1].event == "run.completed"
+    run_id, thread = accepted["runId"], accepted["conversationId"]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT (metadata->>'step')::int AS step, (SELECT count(*) FROM checkpoints o"
+            " WHERE o.thread_id = c.thread_id AND o.xmin::text = c.xmin::text) AS together"
+            " FROM checkpoints c WHERE thread_id = %s AND checkpoint_ns = ''"
+            " ORDER BY checkpoint_id",
+            (thread,),
+        )
+        checkpoints = {r["step"]: r["together"] for r in await cur.fetchall()}
+        cur = await conn.execute(
+            "SELECT count(DISTINCT tx) AS n FROM (SELECT xmin::text AS tx FROM checkpoints"
+            " WHERE thread_id = %s UNION ALL SELECT xmin::text FROM run_events"
+            " WHERE run_id = %s) t",
+            (thread, run_id),
+        )
+        transactions = await cur.fetchone()
+        cur = await conn.execute(
+            "SELECT (SELECT xmin::text::bigint FROM checkpoints WHERE thread_id = %s"
+            "        AND checkpoint_ns = '' AND metadata->>'step' = '2') AS turn,"
+            " (SELECT xmin::text::bigint FROM tool_ledger WHERE run_id = %s) AS tool",
+            (thread, run_id),
+        )
+        order = await cur.fetchone()
+    # The input (step -1), then after __start__ (0), build_context (1), call_model (2),
+    # dispatch_tools (3), build_context (4), call_model (5). The steps a later attempt runs
+    # again at no cost (0, 1, 3, 4) were stored with other checkpoints, in the transactions of
+    # the writes after them (an event append, the next checkpoint, the run's end), none in a
+    # transaction of its own.
+    assert sorted(checkpoints) == [-1, 0, 1, 2, 3, 4, 5]
+    assert [step for step in (0, 1, 3, 4) if checkpoints[step] < 2] == []
+    # All the run's checkpoints and events took six transactions: its creation, its claim, the
+    # first answer's events, the model's turn, the second answer's events, its end.
+    assert transactions is not None and transactions["n"] <= 6
+    # The model's turn was stored before its tool was claimed: no tool runs on a turn that a
+    # crash could make the model take again.
+    assert order is not None and order["turn"] < order["tool"]

@@ -5,8 +5,10 @@ LangGraph stores a task's writes as the task ends and the step's checkpoint righ
 and stores them first in the checkpoint's transaction; writes to LangGraph's special channels
 (an interrupt, an error) go at once, with what was held; held writes whose checkpoint does not
 come are stored by themselves. A run's input checkpoint is held, with its writes, for its
-first step's checkpoint, and its last checkpoint, when the graph says so, for the transaction
-that records the run's end. Writes outside a run are never held.
+first step's checkpoint; the checkpoint of a step the graph says may wait (and the first
+step's), for the next checkpoint or the run's next event append, whichever comes first; and
+its last checkpoint, when the graph says so, for the transaction that records the run's end.
+Writes outside a run are never held.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
+from graphs.events import EventType
 from server.db.checkpoint import (
     FENCE_GENERATION,
     FENCE_LAST,
@@ -28,6 +31,7 @@ from server.db.checkpoint import (
 from server.db.pool import Pool
 from server.errors import LeaseLostError
 from server.events.log import RunHead
+from server.events.writer import EventWriter
 from tests.integration.test_events_ride_checkpoints import _claimed
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,6 +39,7 @@ pytestmark = pytest.mark.timeout(120)
 INTERRUPT = "__interrupt__"  # LangGraph's channel for an interrupt's writes
 ERROR = "__error__"  # LangGraph's channel for a task's error
 INPUT: dict[str, Any] = {"source": "input", "step": -1}  # an input checkpoint's metadata
+NOTE = "note"  # an event type neither carried nor paced: stored at once
 
 
 async def _saver(pool: Pool, hold_s: float = 600.0) -> FencedPostgresSaver:
@@ -363,3 +368,207 @@ async def _waiting_on_the_fence(pool: Pool) -> int:
         row = await cur.fetchone()
     assert row is not None
     return int(row["n"])
+
+
+def _after(config: RunnableConfig, stored: RunnableConfig) -> RunnableConfig:
+    """The config of the step after the checkpoint `stored` names."""
+    return {**config, "configurable": {**config["configurable"], **stored["configurable"]}}
+
+
+async def test_a_deferred_checkpoint_goes_with_the_next_one(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    await saver.aput_writes(step, [("context", "built")], "build")
+    last.defer()
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]  # held, with its writes
+    assert await _writes(pool, conv) == []
+
+    # The next step's writes and checkpoint go with it, in one transaction, in order.
+    after = _with_last(_after(step, held), last)
+    await saver.aput_writes(after, [("messages", ["answer"])], "model")
+    await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
+    tx = checkpoints[2][1]
+    assert checkpoints[1][1] == tx
+    assert await _writes(pool, conv) == [("build", "context", tx), ("model", "messages", tx)]
+    assert last.take() is None  # nothing left for the run's end
+
+
+async def test_a_deferred_checkpoint_whose_successor_does_not_come_is_stored_by_itself(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool, hold_s=0.05)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.defer()
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    async with asyncio.timeout(60):
+        while len(await _checkpoints(pool, conv)) < 2:  # noqa: ASYNC110 (rows, no event)
+            await asyncio.sleep(0.02)
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
+    assert last.take() is None
+
+
+async def test_a_deferred_checkpoint_still_held_goes_with_the_runs_end(pool: Pool) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.defer()
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    write = last.take()  # the run ended (cancelled, say) during the next step
+    assert write is not None
+    async with pool.connection() as conn, conn.transaction():
+        await write(conn)
+        cur = await conn.execute("SELECT (txid_current() % 4294967296)::text AS tx")
+        row = await cur.fetchone()
+    assert row is not None
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "loop"]
+    assert checkpoints[-1][1] == row["tx"]  # in the run's end's transaction
+
+
+async def test_the_graphs_word_that_a_checkpoint_is_its_last_outranks_a_deferral(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool, hold_s=0.05)
+    conv, _, step = await _step(pool, saver)
+    other, _, other_step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.expect()
+    last.defer()  # a node said its step may wait; the router, that it ends the run
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    deferred = LastCheckpoint()
+    deferred.defer()
+    await saver.aput(
+        _with_last(other_step, deferred), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    # The deferred one, held after it, was stored when its hold ran out; the last one is
+    # still held (a hold that ran out before would have handed it to its own write).
+    async with asyncio.timeout(60):
+        while len(await _checkpoints(pool, other)) < 2:  # noqa: ASYNC110 (rows, no event)
+            await asyncio.sleep(0.02)
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]
+    assert last.take() is not None
+
+
+async def test_a_runs_first_step_checkpoint_waits_with_its_input_for_the_next_one(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    stored = await saver.aput(_with_last(step, last), base, INPUT, {})
+    first = _with_last(_after(step, stored), last)
+    await saver.aput_writes(first, [("messages", ["go"])], "start")
+    held = await saver.aput(first, create_checkpoint(base, None, 2), LOOP, {})
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]  # input and first held
+
+    await saver.aput(
+        _with_last(_after(step, held), last), create_checkpoint(base, None, 3), LOOP, {}
+    )
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "input", "loop", "loop"]
+    assert len({tx for _, tx in checkpoints[1:]}) == 1  # one transaction
+
+
+async def test_nothing_is_deferred_with_a_hold_of_zero(pool: Pool) -> None:
+    saver = await _saver(pool, hold_s=0)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    stored = await saver.aput(_with_last(step, last), base, INPUT, {})
+    last.defer()
+    await saver.aput(
+        _with_last(_after(step, stored), last), create_checkpoint(base, None, 2), LOOP, {}
+    )
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "input", "loop"]
+    assert checkpoints[1][1] != checkpoints[2][1]
+
+
+async def test_a_deferred_checkpoint_goes_first_in_the_runs_next_event_append(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, head, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    await saver.aput_writes(step, [("context", "built")], "build")
+    last.defer()
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    writer = EventWriter(pool, head, linger_s=600)
+    writer.lead = last.lead
+    try:
+        writer.emit(EventType.SKILL_LOADED, {"name": "a"})  # a step's report, carried
+        writer.emit(NOTE)  # not carried: stored now, with the checkpoint ahead of it
+        await writer.flush()
+    finally:
+        await writer.close()
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "loop"]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT xmin::text AS tx FROM run_events WHERE run_id = %s AND seq > 2",
+            (head.run_id,),
+        )
+        events_tx = [r["tx"] for r in await cur.fetchall()]
+    assert events_tx == [checkpoints[1][1]]  # one transaction: the checkpoint and the events
+    assert await _writes(pool, conv) == [("build", "context", checkpoints[1][1])]
+    assert last.lead() is None and last.take() is None  # lent once, nothing left
+
+    # The next checkpoint follows on from it as from any stored one.
+    after = _with_last(_after(step, held), last)
+    await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop", "loop"]
+
+
+async def test_the_next_checkpoint_waits_for_an_append_its_parent_was_lent_to(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    last.defer()
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    lead = last.lead()
+    assert lead is not None
+    after = _with_last(_after(step, held), last)
+    put = asyncio.ensure_future(saver.aput(after, create_checkpoint(base, None, 2), LOOP, {}))
+    # While the append it was lent to is under way, the next checkpoint is not stored: a
+    # crash then must not find a child without its parent (watched for 1 s).
+    loop = asyncio.get_running_loop()
+    watch_until = loop.time() + 1.0
+    while loop.time() < watch_until:
+        assert not put.done()
+        await asyncio.sleep(0.02)
+    async with pool.connection() as conn, conn.transaction():
+        await lead.write(conn)
+    lead.landed(None)
+    await put
+    checkpoints = await _checkpoints(pool, conv)
+    assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
+    assert int(checkpoints[1][1]) < int(checkpoints[2][1])  # the parent's transaction first
+
+
+async def test_the_last_checkpoint_is_never_lent(pool: Pool) -> None:
+    saver = await _saver(pool)
+    _, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    last.expect()
+    await saver.aput(
+        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
+    )
+    assert last.lead() is None  # it waits for the run's end
+    assert last.take() is not None
