@@ -481,12 +481,12 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """What is held for the checkpoint `config` puts: its parent's writes (and parent)."""
         if not self._holds(config) or get_checkpoint_id(config) is None:
             return ()
-        held = self._take(config)
         if storing := self._storing.get(_held_key(config)):
-            # Writes that waited too long are being stored: they go first, as LangGraph's
-            # would (a checkpoint may rely on them, a delta channel's for one).
+            # Writes that waited too long, or were lent to an event append, are being stored:
+            # they go first, as LangGraph's would (a checkpoint may rely on them, a delta
+            # channel's for one). What a failed append gives back is held again meanwhile.
             await asyncio.wait([storing])
-        return held
+        return self._take(config)
 
     def _to_store(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], statement: _Statement
@@ -538,7 +538,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """Lend what is held with a time limit for `key` to another transaction of the run.
 
         Until that transaction has ended, the next checkpoint waits for it, as for writes
-        stored after their hold ran out.
+        stored after their hold ran out. If it failed, what was lent is held again.
         """
         held = self._held.get(key)
         if held is None or held.timer is None:
@@ -546,19 +546,23 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         self._release(key)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._storing[key] = done
-        statements = held.statements
+        config, statements = held.config, held.statements
 
         async def write(conn: AsyncConnection[Any]) -> None:
             async with conn.cursor(binary=True) as cur:
                 await _execute(cur, statements)
 
         def landed(exc: BaseException | None) -> None:
+            if exc is not None:
+                # Not stored (or not known to be): held again, ahead of anything held for the
+                # same checkpoint since, for the next checkpoint or the hold's end. Stored
+                # twice at worst, which a checkpoint's rows allow (they are upserted).
+                self._hold(key, config, [])
+                self._held[key].statements[:0] = statements
             if self._storing.get(key) is done:
                 del self._storing[key]
             if not done.done():
                 done.set_result(None)
-            if exc is not None:
-                log.warning("checkpoints lent to an event append were not stored: %s", exc)
 
         return Lead(write, landed)
 

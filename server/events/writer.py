@@ -174,7 +174,7 @@ class EventWriter:
             await self._settle()
             queued = self._take(len(self._buffer))
             try:
-                await self._append_led(queued + events, extra, before)
+                await self._append(queued + events, extra, before, led=True)
             except (LeaseLostError, RunFinishedError) as exc:
                 # What was queued cannot be stored either: the writer is done.
                 self.error = exc
@@ -331,57 +331,56 @@ class EventWriter:
         batch: list[NewEvent],
         extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
         before: Callable[[Conn], Awaitable[None]] | None = None,
+        *,
+        led: bool = False,
     ) -> None:
+        """Append `batch` (with `before` and `extra`), retrying until the log has it.
+
+        `led`: the run's deferred checkpoints, if any are held (`lead`), go first in the
+        transaction. Should it fail, they are given back to the saver, which stores them with
+        the next checkpoint as if never lent, and the retries go without them: a log that
+        refuses events holds no checkpoint back.
+        """
+        lead = self.lead() if led and self.lead is not None else None
         delay = 0.05
-        while True:
-            try:
-                async with self._pool.connection() as conn:
-                    self.head, _ = await append_events(
-                        conn,
-                        self.run_id,
-                        batch,
-                        generation=self.head.generation,
-                        head=self.head,
-                        extra=extra,
-                        hooks=self._hooks,
-                        before=before,
-                    )
-                if self._on_stored is not None:
-                    self._on_stored(len(batch))
-                return
-            except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
-                log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                # The transaction may or may not have committed: read the log to know.
-                stored = await self._stored(self.head, batch)
-                if stored is not None:
-                    self.head = stored
-                    return
-
-    async def _append_led(
-        self,
-        batch: list[NewEvent],
-        extra: Callable[[Conn, RunHead], Awaitable[None]] | None = None,
-        before: Callable[[Conn], Awaitable[None]] | None = None,
-    ) -> None:
-        """`_append`, with the run's deferred checkpoints stored first if any are held."""
-        lead = self.lead() if self.lead is not None else None
-        if lead is None:
-            await self._append(batch, extra, before)
-            return
-
-        async def led(conn: Conn) -> None:
-            await lead.write(conn)
-            if before is not None:
-                await before(conn)
-
         try:
-            await self._append(batch, extra, led)
+            while True:
+                try:
+                    async with self._pool.connection() as conn:
+                        self.head, _ = await append_events(
+                            conn,
+                            self.run_id,
+                            batch,
+                            generation=self.head.generation,
+                            head=self.head,
+                            extra=extra,
+                            hooks=self._hooks,
+                            before=_in_turn(lead, before),
+                        )
+                    if lead is not None:
+                        landed = lead.landed
+                        lead = None
+                        landed(None)
+                    if self._on_stored is not None:
+                        self._on_stored(len(batch))
+                    return
+                except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
+                    log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    # The transaction may or may not have committed: read the log to know.
+                    stored = await self._stored(self.head, batch)
+                    if lead is not None:
+                        landed = lead.landed
+                        lead = None  # given back unless stored: the retries go without it
+                        landed(None if stored is not None else exc)
+                    if stored is not None:
+                        self.head = stored
+                        return
         except BaseException as exc:
-            lead.landed(exc)
+            if lead is not None:
+                lead.landed(exc)
             raise
-        lead.landed(None)
 
     async def _run(self) -> None:
         while True:
@@ -393,7 +392,7 @@ class EventWriter:
                         await self._settle()
                         batch = self._take(min(len(self._buffer), self._max_batch))
                         if batch:
-                            await self._append_led(batch)
+                            await self._append(batch, led=True)
                 except BaseException as exc:
                     self.error = exc
                     self._buffer.clear()
@@ -420,3 +419,18 @@ async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: i
     if EventType.PLAN_UPDATED not in expected:
         found = [t for t in found if t != EventType.PLAN_UPDATED]
     return found[: len(expected)] == expected
+
+
+def _in_turn(
+    lead: Lead | None, before: Callable[[Conn], Awaitable[None]] | None
+) -> Callable[[Conn], Awaitable[None]] | None:
+    """One `before`: the lent checkpoints' write (if any), then `before` (if any)."""
+    if lead is None:
+        return before
+
+    async def both(conn: Conn) -> None:
+        await lead.write(conn)
+        if before is not None:
+            await before(conn)
+
+    return both

@@ -14,6 +14,7 @@ Writes outside a run are never held.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -32,7 +33,8 @@ from server.db.pool import Pool
 from server.errors import LeaseLostError
 from server.events.log import RunHead
 from server.events.writer import EventWriter
-from tests.integration.test_events_ride_checkpoints import _claimed
+from tests.integration.test_events_ride_checkpoints import _claimed, _log
+from tests.support.faults import arm, install_faults
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -572,3 +574,49 @@ async def test_the_last_checkpoint_is_never_lent(pool: Pool) -> None:
     )
     assert last.lead() is None  # it waits for the run's end
     assert last.take() is not None
+
+
+async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
+    pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    saver = await _saver(pool)
+    conv, head, step = await _step(pool, saver)
+    async with pool.connection() as conn:
+        await install_faults(conn)
+        cur = await conn.execute("SELECT conversation_id FROM runs WHERE id = %s", (head.run_id,))
+        found = await cur.fetchone()
+        assert found is not None
+        armed = str(found["conversation_id"])
+        await arm(conn, armed, "events")  # the log refuses its tool events
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    last.defer()
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    # The fault refuses a first attempt's events (the test's claim leaves the run at 0).
+    writer = EventWriter(pool, dataclasses.replace(head, attempt=1), linger_s=600)
+    writer.lead = last.lead
+    try:
+        writer.emit(EventType.TOOL_STARTED, {"toolCallId": "c1", "name": "t"})
+        writer.emit(NOTE)  # not carried: the append goes now, with the checkpoint lent to it
+        async with asyncio.timeout(60):
+            while "storing events failed" not in caplog.text:  # noqa: ASYNC110 (a log line)
+                await asyncio.sleep(0.02)
+        # The append failed and retries; the checkpoint it was lent is held again and goes
+        # with the next one, which does not wait for the log.
+        after = _with_last(_after(step, held), last)
+        await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+        checkpoints = await _checkpoints(pool, conv)
+        assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
+        assert checkpoints[1][1] == checkpoints[2][1]
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM run_events WHERE run_id = %s AND seq > 2",
+                (head.run_id,),
+            )
+            assert (await cur.fetchone()) == {"n": 0}
+    finally:
+        async with pool.connection() as conn:
+            await conn.execute("DELETE FROM test_faults WHERE thread_id = %s", (armed,))
+        await writer.flush()  # the log is back: the events go, without a checkpoint
+        await writer.close()
+    assert [t for _, t, _ in await _log(pool, head.run_id)] == [EventType.TOOL_STARTED, NOTE]
