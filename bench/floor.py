@@ -18,7 +18,9 @@ L0 stores checkpoints with LangGraph's saver as it ships; L1 to L3 with agentrt'
 `InlinePostgresSaver` (the same rows, without the thread hop), as L4 does, so that each rung
 is its mechanism at its least. L3, whose attempts are fenced, holds a step's task writes for
 the step's checkpoint and stores them in its transaction, the input checkpoint in the first
-step's, and the graph's last checkpoint in the transaction that ends the run
+step's, the checkpoints of the steps a later attempt runs again at no cost (the first step,
+building the context, the tools' step) in the next write's (a checkpoint or an event batch,
+ahead of its events), and the graph's last checkpoint in the transaction that ends the run
 (`HoldingPostgresSaver`), as L4 does.
 
 L2 is the least any server with agentrt's stream guarantee pays, L3 the least with its other

@@ -129,6 +129,9 @@ class _Held:
     statements: list[_Statement]
     timer: asyncio.TimerHandle | None  # None: held for the run's end (`LastCheckpoint`)
     input: bool = False  # holds a run's input checkpoint
+    # How many of the first statements are a deferred checkpoint (with what it carried),
+    # which an event append may take (`_lend`); the rest are the next step's task writes.
+    lendable: int = 0
 
 
 @dataclass
@@ -464,6 +467,8 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         statements, stored = self._checkpoint_statements(config, checkpoint, metadata, new_versions)
         key = _held_key(stored)
         self._hold(key, config, [*carried, *statements], timed=not last_one)
+        if not last_one:
+            self._held[key].lendable = len(self._held[key].statements)
         if source == "input":
             self._held[key].input = True
         if last is not None and word is not None:
@@ -541,12 +546,17 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         stored after their hold ran out. If it failed, what was lent is held again.
         """
         held = self._held.get(key)
-        if held is None or held.timer is None:
+        if held is None or held.timer is None or not held.lendable:
             return None
-        self._release(key)
+        config, statements = held.config, held.statements[: held.lendable]
+        if held.lendable < len(held.statements):
+            # The next step's task writes stay held for its checkpoint.
+            del held.statements[: held.lendable]
+            held.lendable = 0
+        else:
+            self._release(key)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._storing[key] = done
-        config, statements = held.config, held.statements
 
         async def write(conn: AsyncConnection[Any]) -> None:
             async with conn.cursor(binary=True) as cur:
@@ -558,7 +568,9 @@ class HoldingPostgresSaver(InlinePostgresSaver):
                 # same checkpoint since, for the next checkpoint or the hold's end. Stored
                 # twice at worst, which a checkpoint's rows allow (they are upserted).
                 self._hold(key, config, [])
-                self._held[key].statements[:0] = statements
+                again = self._held[key]
+                again.statements[:0] = statements
+                again.lendable = len(statements)
             if self._storing.get(key) is done:
                 del self._storing[key]
             if not done.done():

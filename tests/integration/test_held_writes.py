@@ -620,3 +620,26 @@ async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
         await writer.flush()  # the log is back: the events go, without a checkpoint
         await writer.close()
     assert [t for _, t, _ in await _log(pool, head.run_id)] == [EventType.TOOL_STARTED, NOTE]
+
+
+async def test_a_lent_checkpoint_leaves_the_next_steps_writes_for_their_checkpoint(
+    pool: Pool,
+) -> None:
+    saver = await _saver(pool)
+    conv, _, step = await _step(pool, saver)
+    last = LastCheckpoint()
+    base = create_checkpoint(empty_checkpoint(), None, 1)
+    last.defer()
+    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    after = _with_last(_after(step, held), last)
+    await saver.aput_writes(after, [("messages", ["answer"])], "model")  # the next step's
+    lead = last.lead()
+    assert lead is not None
+    async with pool.connection() as conn, conn.transaction():
+        await lead.write(conn)
+    lead.landed(None)
+    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
+    assert await _writes(pool, conv) == []  # still held for the step's own checkpoint
+    stored = await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+    tx = await _checkpoint_tx(pool, conv, stored["configurable"]["checkpoint_id"])
+    assert await _writes(pool, conv) == [("model", "messages", tx)]
