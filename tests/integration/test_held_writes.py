@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 
 from graphs.events import EventType
 from server.db.checkpoint import (
@@ -377,62 +377,68 @@ def _after(config: RunnableConfig, stored: RunnableConfig) -> RunnableConfig:
     return {**config, "configurable": {**config["configurable"], **stored["configurable"]}}
 
 
-async def test_a_deferred_checkpoint_goes_with_the_next_one(pool: Pool) -> None:
-    saver = await _saver(pool)
-    conv, _, step = await _step(pool, saver)
+@dataclasses.dataclass
+class _Deferred:
+    """A claimed run whose graph deferred a step's checkpoint (held by the saver)."""
+
+    saver: FencedPostgresSaver
+    conv: str
+    head: RunHead
+    last: LastCheckpoint
+    base: Checkpoint  # the held checkpoint
+    after: RunnableConfig  # the config of the next step, after it
+
+
+async def _deferred(pool: Pool, hold_s: float = 600.0, *, wrote: bool = False) -> _Deferred:
+    """A run's step checkpoint held because the graph deferred it (`wrote`: with a write)."""
+    saver = await _saver(pool, hold_s)
+    conv, head, step = await _step(pool, saver)
     last = LastCheckpoint()
     base = create_checkpoint(empty_checkpoint(), None, 1)
-    await saver.aput_writes(step, [("context", "built")], "build")
+    if wrote:
+        await saver.aput_writes(step, [("context", "built")], "build")
     last.defer()
     held = await saver.aput(_with_last(step, last), base, LOOP, {})
-    assert [s for s, _ in await _checkpoints(pool, conv)] == [None]  # held, with its writes
-    assert await _writes(pool, conv) == []
+    return _Deferred(saver, conv, head, last, base, _with_last(_after(step, held), last))
+
+
+async def test_a_deferred_checkpoint_goes_with_the_next_one(pool: Pool) -> None:
+    d = await _deferred(pool, wrote=True)
+    assert [s for s, _ in await _checkpoints(pool, d.conv)] == [None]  # held, with its writes
+    assert await _writes(pool, d.conv) == []
 
     # The next step's writes and checkpoint go with it, in one transaction, in order.
-    after = _with_last(_after(step, held), last)
-    await saver.aput_writes(after, [("messages", ["answer"])], "model")
-    await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
-    checkpoints = await _checkpoints(pool, conv)
+    await d.saver.aput_writes(d.after, [("messages", ["answer"])], "model")
+    await d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {})
+    checkpoints = await _checkpoints(pool, d.conv)
     assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
     tx = checkpoints[2][1]
     assert checkpoints[1][1] == tx
-    assert await _writes(pool, conv) == [("build", "context", tx), ("model", "messages", tx)]
-    assert last.take() is None  # nothing left for the run's end
+    assert await _writes(pool, d.conv) == [("build", "context", tx), ("model", "messages", tx)]
+    assert d.last.take() is None  # nothing left for the run's end
 
 
 async def test_a_deferred_checkpoint_whose_successor_does_not_come_is_stored_by_itself(
     pool: Pool,
 ) -> None:
-    saver = await _saver(pool, hold_s=0.05)
-    conv, _, step = await _step(pool, saver)
-    last = LastCheckpoint()
-    last.defer()
-    await saver.aput(
-        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
-    )
+    d = await _deferred(pool, hold_s=0.05)
     async with asyncio.timeout(60):
-        while len(await _checkpoints(pool, conv)) < 2:  # noqa: ASYNC110 (rows, no event)
+        while len(await _checkpoints(pool, d.conv)) < 2:  # noqa: ASYNC110 (rows, no event)
             await asyncio.sleep(0.02)
-    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
-    assert last.take() is None
+    assert [s for s, _ in await _checkpoints(pool, d.conv)] == [None, "loop"]
+    assert d.last.take() is None
 
 
 async def test_a_deferred_checkpoint_still_held_goes_with_the_runs_end(pool: Pool) -> None:
-    saver = await _saver(pool)
-    conv, _, step = await _step(pool, saver)
-    last = LastCheckpoint()
-    last.defer()
-    await saver.aput(
-        _with_last(step, last), create_checkpoint(empty_checkpoint(), None, 1), LOOP, {}
-    )
-    write = last.take()  # the run ended (cancelled, say) during the next step
+    d = await _deferred(pool)
+    write = d.last.take()  # the run ended (cancelled, say) during the next step
     assert write is not None
     async with pool.connection() as conn, conn.transaction():
         await write(conn)
         cur = await conn.execute("SELECT (txid_current() % 4294967296)::text AS tx")
         row = await cur.fetchone()
     assert row is not None
-    checkpoints = await _checkpoints(pool, conv)
+    checkpoints = await _checkpoints(pool, d.conv)
     assert [s for s, _ in checkpoints] == [None, "loop"]
     assert checkpoints[-1][1] == row["tx"]  # in the run's end's transaction
 
@@ -502,13 +508,8 @@ async def test_nothing_is_deferred_with_a_hold_of_zero(pool: Pool) -> None:
 async def test_a_deferred_checkpoint_goes_first_in_the_runs_next_event_append(
     pool: Pool,
 ) -> None:
-    saver = await _saver(pool)
-    conv, head, step = await _step(pool, saver)
-    last = LastCheckpoint()
-    base = create_checkpoint(empty_checkpoint(), None, 1)
-    await saver.aput_writes(step, [("context", "built")], "build")
-    last.defer()
-    held = await saver.aput(_with_last(step, last), base, LOOP, {})
+    d = await _deferred(pool, wrote=True)
+    conv, head, last = d.conv, d.head, d.last
     writer = EventWriter(pool, head, linger_s=600)
     writer.lead = last.lead
     try:
@@ -530,24 +531,17 @@ async def test_a_deferred_checkpoint_goes_first_in_the_runs_next_event_append(
     assert last.lead() is None and last.take() is None  # lent once, nothing left
 
     # The next checkpoint follows on from it as from any stored one.
-    after = _with_last(_after(step, held), last)
-    await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+    await d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {})
     assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop", "loop"]
 
 
 async def test_the_next_checkpoint_waits_for_an_append_its_parent_was_lent_to(
     pool: Pool,
 ) -> None:
-    saver = await _saver(pool)
-    conv, _, step = await _step(pool, saver)
-    last = LastCheckpoint()
-    base = create_checkpoint(empty_checkpoint(), None, 1)
-    last.defer()
-    held = await saver.aput(_with_last(step, last), base, LOOP, {})
-    lead = last.lead()
+    d = await _deferred(pool)
+    lead = d.last.lead()
     assert lead is not None
-    after = _with_last(_after(step, held), last)
-    put = asyncio.ensure_future(saver.aput(after, create_checkpoint(base, None, 2), LOOP, {}))
+    put = asyncio.ensure_future(d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {}))
     # While the append it was lent to is under way, the next checkpoint is not stored: a
     # crash then must not find a child without its parent (watched for 1 s).
     loop = asyncio.get_running_loop()
@@ -559,7 +553,7 @@ async def test_the_next_checkpoint_waits_for_an_append_its_parent_was_lent_to(
         await lead.write(conn)
     lead.landed(None)
     await put
-    checkpoints = await _checkpoints(pool, conv)
+    checkpoints = await _checkpoints(pool, d.conv)
     assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
     assert int(checkpoints[1][1]) < int(checkpoints[2][1])  # the parent's transaction first
 
@@ -579,8 +573,8 @@ async def test_the_last_checkpoint_is_never_lent(pool: Pool) -> None:
 async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
     pool: Pool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    saver = await _saver(pool)
-    conv, head, step = await _step(pool, saver)
+    d = await _deferred(pool)
+    conv, head, last = d.conv, d.head, d.last
     async with pool.connection() as conn:
         await install_faults(conn)
         cur = await conn.execute("SELECT conversation_id FROM runs WHERE id = %s", (head.run_id,))
@@ -588,10 +582,6 @@ async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
         assert found is not None
         armed = str(found["conversation_id"])
         await arm(conn, armed, "events")  # the log refuses its tool events
-    last = LastCheckpoint()
-    base = create_checkpoint(empty_checkpoint(), None, 1)
-    last.defer()
-    held = await saver.aput(_with_last(step, last), base, LOOP, {})
     # The fault refuses a first attempt's events (the test's claim leaves the run at 0).
     writer = EventWriter(pool, dataclasses.replace(head, attempt=1), linger_s=600)
     writer.lead = last.lead
@@ -603,8 +593,7 @@ async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
                 await asyncio.sleep(0.02)
         # The append failed and retries; the checkpoint it was lent is held again and goes
         # with the next one, which does not wait for the log.
-        after = _with_last(_after(step, held), last)
-        await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
+        await d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {})
         checkpoints = await _checkpoints(pool, conv)
         assert [s for s, _ in checkpoints] == [None, "loop", "loop"]
         assert checkpoints[1][1] == checkpoints[2][1]
@@ -625,21 +614,15 @@ async def test_a_checkpoint_lent_to_an_append_that_fails_goes_with_the_next_one(
 async def test_a_lent_checkpoint_leaves_the_next_steps_writes_for_their_checkpoint(
     pool: Pool,
 ) -> None:
-    saver = await _saver(pool)
-    conv, _, step = await _step(pool, saver)
-    last = LastCheckpoint()
-    base = create_checkpoint(empty_checkpoint(), None, 1)
-    last.defer()
-    held = await saver.aput(_with_last(step, last), base, LOOP, {})
-    after = _with_last(_after(step, held), last)
-    await saver.aput_writes(after, [("messages", ["answer"])], "model")  # the next step's
-    lead = last.lead()
+    d = await _deferred(pool)
+    await d.saver.aput_writes(d.after, [("messages", ["answer"])], "model")  # the next step's
+    lead = d.last.lead()
     assert lead is not None
     async with pool.connection() as conn, conn.transaction():
         await lead.write(conn)
     lead.landed(None)
-    assert [s for s, _ in await _checkpoints(pool, conv)] == [None, "loop"]
-    assert await _writes(pool, conv) == []  # still held for the step's own checkpoint
-    stored = await saver.aput(after, create_checkpoint(base, None, 2), LOOP, {})
-    tx = await _checkpoint_tx(pool, conv, stored["configurable"]["checkpoint_id"])
-    assert await _writes(pool, conv) == [("model", "messages", tx)]
+    assert [s for s, _ in await _checkpoints(pool, d.conv)] == [None, "loop"]
+    assert await _writes(pool, d.conv) == []  # still held for the step's own checkpoint
+    stored = await d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {})
+    tx = await _checkpoint_tx(pool, d.conv, stored["configurable"]["checkpoint_id"])
+    assert await _writes(pool, d.conv) == [("model", "messages", tx)]
