@@ -232,6 +232,16 @@ class LastCheckpoint:
         saver, key = self._held
         return saver._lend(key)
 
+    async def settle(self) -> None:
+        """Wait for an event append the held checkpoints were lent to, if one is under way.
+
+        What it stored is then stored; what it failed to store is held again, for `take`.
+        """
+        if self._held is not None:
+            saver, key = self._held
+            if (lent := saver._storing.get(key)) is not None:
+                await asyncio.wait([lent])
+
     def take(self) -> Callable[[AsyncConnection[Any]], Awaitable[None]] | None:
         """The held checkpoint's write, for the transaction that records the run's end.
 

@@ -139,6 +139,7 @@ async def _conclude(
     the lease was lost.
     """
     run_id = run.id
+    await last.settle()  # an append still storing what was held ends first
     if outcome.kind == "abandoned":
         last.discard()
     elif outcome.kind == "suspended":

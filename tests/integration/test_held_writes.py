@@ -626,3 +626,19 @@ async def test_a_lent_checkpoint_leaves_the_next_steps_writes_for_their_checkpoi
     stored = await d.saver.aput(d.after, create_checkpoint(d.base, None, 2), LOOP, {})
     tx = await _checkpoint_tx(pool, d.conv, stored["configurable"]["checkpoint_id"])
     assert await _writes(pool, d.conv) == [("model", "messages", tx)]
+
+
+async def test_the_runs_end_settles_an_append_its_checkpoint_was_lent_to(pool: Pool) -> None:
+    d = await _deferred(pool)
+    lead = d.last.lead()
+    assert lead is not None
+    settled = asyncio.ensure_future(d.last.settle())
+    await asyncio.sleep(0)
+    assert not settled.done()  # the append is under way
+    lead.landed(ConnectionError("the append failed"))  # what it was lent is held again
+    await settled
+    write = d.last.take()  # so the run's end stores it
+    assert write is not None
+    async with pool.connection() as conn, conn.transaction():
+        await write(conn)
+    assert [s for s, _ in await _checkpoints(pool, d.conv)] == [None, "loop"]
