@@ -366,14 +366,16 @@ class EventWriter:
                     return
                 except (psycopg.OperationalError, psycopg.errors.ConnectionTimeout) as exc:
                     log.warning("run %s: storing events failed (%s); retrying", self.run_id, exc)
+                    if lead is not None:
+                        # Given back at once, whether or not the transaction committed (a
+                        # checkpoint's rows may be stored twice): the retries go without it.
+                        landed = lead.landed
+                        lead = None
+                        landed(exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
                     # The transaction may or may not have committed: read the log to know.
                     stored = await self._stored(self.head, batch)
-                    if lead is not None:
-                        landed = lead.landed
-                        lead = None  # given back unless stored: the retries go without it
-                        landed(None if stored is not None else exc)
                     if stored is not None:
                         self.head = stored
                         return
