@@ -221,9 +221,9 @@ class LastCheckpoint:
     def lead(self) -> Lead | None:
         """Lend the checkpoints held with a time limit to the run's next event append.
 
-        A step's events may be stored only with its checkpoint or after it: events stored
-        ahead of a deferred checkpoint would be reported again by the attempt that runs the
-        step again after a crash. So the event writer's transaction stores them first
+        A deferred step's events may be stored only with its checkpoint or after it: events
+        stored ahead of it would be reported again by the attempt that runs the step again
+        after a crash. So the event writer's transaction stores them first
         (docs/decisions/2022). None when nothing is held, or only the run's last checkpoint
         (which waits for the run's end).
         """

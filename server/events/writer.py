@@ -104,7 +104,7 @@ class EventWriter:
         self._doubt: tuple[RunHead, list[NewEvent]] | None = None
         self.error: BaseException | None = None
         # Lends the run's deferred checkpoints to the flusher's appends, which store them first
-        # (`LastCheckpoint.lead`): no event of a step is stored ahead of its checkpoint.
+        # (`LastCheckpoint.lead`): no event of a deferred step goes ahead of its checkpoint.
         self.lead: Callable[[], Lead | None] | None = None
         self._task = asyncio.create_task(self._run(), name=f"event-writer-{head.run_id}")
 
