@@ -503,6 +503,28 @@ class HoldingPostgresSaver(InlinePostgresSaver):
             await asyncio.wait([storing])
         return self._take(config)
 
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store or hold a task's writes (`_to_store`).
+
+        Writes that go at once (an interrupt, an error) first wait for a store under way of
+        what was held for their checkpoint (lent to an event append, or past its hold), so
+        they are never stored ahead of it; what a failed append gives back goes with them.
+        """
+        if (
+            self._holds(config)
+            and get_checkpoint_id(config) is not None
+            and any(w[0] in WRITES_IDX_MAP for w in writes)
+            and (storing := self._storing.get(_held_key(config))) is not None
+        ):
+            await asyncio.wait([storing])
+        await super().aput_writes(config, writes, task_id, task_path)
+
     def _to_store(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], statement: _Statement
     ) -> list[_Statement]:

@@ -642,3 +642,20 @@ async def test_the_runs_end_settles_an_append_its_checkpoint_was_lent_to(pool: P
     async with pool.connection() as conn, conn.transaction():
         await write(conn)
     assert [s for s, _ in await _checkpoints(pool, d.conv)] == [None, "loop"]
+
+
+async def test_an_interrupt_waits_for_an_append_its_checkpoint_was_lent_to(pool: Pool) -> None:
+    d = await _deferred(pool)
+    lead = d.last.lead()
+    assert lead is not None
+    interrupt = asyncio.ensure_future(
+        d.saver.aput_writes(d.after, [(INTERRUPT, {"value": "approve?"})], "ask")
+    )
+    await asyncio.sleep(0)
+    assert not interrupt.done()  # the append its checkpoint was lent to is under way
+    lead.landed(ConnectionError("the append failed"))  # the checkpoint is held again
+    await interrupt
+    # The interrupt went at once, with the checkpoint it belongs to, in one transaction.
+    checkpoints = await _checkpoints(pool, d.conv)
+    assert [s for s, _ in checkpoints] == [None, "loop"]
+    assert await _writes(pool, d.conv) == [("ask", INTERRUPT, checkpoints[-1][1])]
