@@ -61,6 +61,10 @@ HOLD_WRITES_S = 0.1
 # A statement and the rows it is executed for (`executemany`).
 _Statement = tuple[str, list[tuple[Any, ...]]]
 
+# What the graph said of its current step's checkpoint (`LastCheckpoint`): the run's last, or
+# one that may wait for the next write.
+_Word = Literal["last", "deferred"]
+
 # Told how the transaction it rode in ended: None when it committed, else the error (whether
 # the commit happened may then be unknown).
 Landing = Callable[[BaseException | None], None]
@@ -186,7 +190,7 @@ class LastCheckpoint:
     """
 
     def __init__(self) -> None:
-        self._expected: Literal["last", "deferred"] | None = None
+        self._expected: _Word | None = None
         self._held: tuple[HoldingPostgresSaver, tuple[str, str, str]] | None = None
 
     def expect(self) -> None:
@@ -202,7 +206,7 @@ class LastCheckpoint:
         if self._expected is None:
             self._expected = "deferred"
 
-    def _due(self) -> Literal["last", "deferred"] | None:
+    def _due(self) -> _Word | None:
         """Consume the graph's word: how the next checkpoint is to be held, if at all."""
         due, self._expected = self._expected, None
         return due
@@ -458,7 +462,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """
         source = metadata.get("source")
         last = _last_of(config)
-        word: Literal["last", "deferred"] | None = None
+        word: _Word | None = None
         # The graph's word is consumed by its own namespace's next step checkpoint only.
         if (
             last is not None

@@ -355,7 +355,7 @@ class EventWriter:
                             head=self.head,
                             extra=extra,
                             hooks=self._hooks,
-                            before=_in_turn(lead, before),
+                            before=before if lead is None else in_order(lead.write, before),
                         )
                     if lead is not None:
                         landed = lead.landed
@@ -423,16 +423,14 @@ async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: i
     return found[: len(expected)] == expected
 
 
-def _in_turn(
-    lead: Lead | None, before: Callable[[Conn], Awaitable[None]] | None
-) -> Callable[[Conn], Awaitable[None]] | None:
-    """One `before`: the lent checkpoints' write (if any), then `before` (if any)."""
-    if lead is None:
-        return before
+def in_order(
+    *writes: Callable[[Conn], Awaitable[None]] | None,
+) -> Callable[[Conn], Awaitable[None]]:
+    """One `before` for an append that runs `writes` (those given) in order."""
 
-    async def both(conn: Conn) -> None:
-        await lead.write(conn)
-        if before is not None:
-            await before(conn)
+    async def write(conn: Conn) -> None:
+        for each in writes:
+            if each is not None:
+                await each(conn)
 
-    return both
+    return write

@@ -20,7 +20,7 @@ from server.errors import LeaseLostError, RunFinishedError
 from server.events.log import RunHead
 from server.events.projection import StreamProjector
 from server.events.snapshot import output_text, streaming_items
-from server.events.writer import EventWriter
+from server.events.writer import EventWriter, in_order
 from server.ids import new_id
 from server.langgraph_api.attempt import GraphAttempt
 from server.memory.jobs import enqueue_extraction
@@ -158,7 +158,7 @@ async def _conclude(
         spans = deps.tracing.sink.take()
         stored = False
         try:
-            before = _in_order(checkpoint, spans.insert)
+            before = in_order(checkpoint, spans.insert)
             if outcome.kind == "completed":
                 stored = await _complete(writer, run, before)
             else:
@@ -193,19 +193,6 @@ async def _conclude(
         await writer.close()
     else:
         await _finish(writer, EventType(f"run.{outcome.kind}"), outcome.data, before=checkpoint)
-
-
-def _in_order(
-    *writes: Callable[[Conn], Awaitable[None]] | None,
-) -> Callable[[Conn], Awaitable[None]]:
-    """One `before` that runs `writes` (those given) in order."""
-
-    async def write(conn: Conn) -> None:
-        for each in writes:
-            if each is not None:
-                await each(conn)
-
-    return write
 
 
 async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
