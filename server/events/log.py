@@ -24,6 +24,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
+from server import jsontext
 from server.db.pool import Conn, pipelined_transaction
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
@@ -205,7 +206,8 @@ async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, dat
         raise RuntimeError(f"run {run_id}: the claim's run.started is not seq {head.seq}")
     if head.seq - head.snapshot_seq > LAG_MAX:
         await conn.execute(
-            KEEP_SNAPSHOT, {"id": run_id, "seq": head.seq, "snapshot": json.dumps(head.snapshot)}
+            KEEP_SNAPSHOT,
+            {"id": run_id, "seq": head.seq, "snapshot": jsontext.dumps(head.snapshot)},
         )
         head = replace(head, snapshot_seq=head.seq)
     return head
@@ -357,7 +359,7 @@ def _params(
     failed = next((e for e in reversed(stored) if e.type == EventType.RUN_FAILED), None)
     completed = next((e for e in reversed(stored) if e.type == EventType.RUN_COMPLETED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
-    datas = [json.dumps(e.data) for e in stored]
+    datas = [jsontext.dumps(e.data) for e in stored]
     release = (
         is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
@@ -370,7 +372,7 @@ def _params(
     return {
         "seq": new.seq,
         # JSON text, not `Jsonb`: Postgres parses it into the jsonb column all the same.
-        "snapshot": None if held else json.dumps(new.snapshot),
+        "snapshot": None if held else jsontext.dumps(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "after_end": after_end,
@@ -406,7 +408,7 @@ def _batch_json(stored: list[StoredEvent], datas: list[str]) -> str:
     return (
         "["
         + ",".join(
-            f'{{"seq":{e.seq},"type":{json.dumps(str(e.type))},"data":{data}}}'
+            f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{data}}}'
             for e, data in zip(stored, datas, strict=True)
         )
         + "]"

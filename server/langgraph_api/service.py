@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.store.base import BaseStore
 
+from server import jsontext
 from server.auth import Principal
 from server.db.pool import Pool
 from server.errors import MemoryUnavailableError
@@ -136,7 +136,7 @@ class LangGraphService:
                 yield b"\n"
             waiter.result()
             result: Any = await runs.result(run_id)
-            yield json.dumps(result).encode()
+            yield jsontext.dumps_bytes(result)
             await self.delivered(run_id)
         finally:
             waiter.cancel()

@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator
 
 from graphs.events import TERMINAL_EVENTS, EventType
+from server import jsontext
 from server.db.pool import Pool
 from server.domain import is_terminal
 from server.events.log import read_events
@@ -22,7 +23,7 @@ from server.events.notify import Notifier
 def sse(event: str, data: object, seq: int | str | None = None) -> str:
     """Format one SSE frame with an optional `id`."""
     head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"{head}event: {event}\ndata: {jsontext.dumps(data)}\n\n"
 
 
 async def graph_stream(

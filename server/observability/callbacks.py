@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -16,6 +15,7 @@ from langchain_core.outputs import LLMResult
 from langgraph.constants import TAG_HIDDEN
 from langgraph.errors import GraphBubbleUp
 
+from server import jsontext
 from server.observability.tracing import RunInfo, RunSpan, Tracing, cut
 from tools.validation import redact
 
@@ -48,12 +48,12 @@ def redacted_json(data: Any, fields: Sequence[str]) -> str:
     and the walk only when one of the fields can be a key in it. (Without the walk, JSON text
     in a string that mentions a field's name without holding it as a key keeps its spacing.)
     """
-    text = json.dumps(data, default=_plain)
+    text = jsontext.dumps(data, default=_plain)
     if not fields:
         return text
     pattern = _key_pattern(tuple(fields))
     if pattern is None or pattern.search(text.lower()):
-        text = json.dumps(redact(data, fields, json_text=True), default=_plain)
+        text = jsontext.dumps(redact(data, fields, json_text=True), default=_plain)
     return text
 
 

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from server import jsontext
 from server.db.pool import Conn, Pool
 from server.domain import Run
 from server.observability.logs import current_span_ids
@@ -144,7 +145,7 @@ class SpanBatch:
         """
         async with conn.cursor() as cur:
             if self.rows and rows:
-                await cur.execute(_INSERT_SPANS, (_no_nul(json.dumps(self.rows, default=str)),))
+                await cur.execute(_INSERT_SPANS, (_no_nul(jsontext.dumps(self.rows, default=str)),))
             if self.payloads:
                 await cur.executemany(
                     "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
@@ -253,7 +254,7 @@ def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
     """A span's row for COPY: NUL characters replaced, JSON columns as text."""
     clean = _clean(row)
     return tuple(
-        json.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
+        jsontext.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
         for c in _COLUMNS
     )
 
@@ -272,7 +273,7 @@ def _clean(value: Any) -> Any:
 def _no_nul(text: str) -> str:
     """JSON text with its escaped NUL characters replaced (jsonb refuses them)."""
     if "\\u0000" in text:
-        text = json.dumps(_clean(json.loads(text)))
+        text = jsontext.dumps(_clean(json.loads(text)))
     return text
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
 from server.auth import Principal
@@ -185,6 +186,39 @@ async def test_event_data_and_snapshot_text_are_stored_exactly(pool: Pool) -> No
         tricky,
     ]
     assert stored.snapshot["items"][0]["text"] == tricky["text"]
+
+
+@pytest.mark.parametrize(
+    ("data", "read_back"),
+    [
+        ({"big": 2**70, "n": -(2**64)}, {"big": 2**70, "n": -(2**64)}),
+        ({1: "one", None: "none"}, {"1": "one", "null": "none"}),
+        ({"score": float("nan"), "top": float("inf")}, {"score": None, "top": None}),
+    ],
+    ids=["integers-beyond-64-bits", "keys-that-are-not-strings", "nan-and-infinity"],
+)
+async def test_data_orjson_refuses_or_json_cannot_hold_is_stored(
+    pool: Pool, data: dict[Any, Any], read_back: dict[str, Any]
+) -> None:
+    """What `json.dumps` wrote is stored as before; NaN, which Postgres refused, as null."""
+    run_id = await new_run(pool)
+    async with pool.connection() as conn:
+        head, _ = await append_events(conn, run_id, [NewEvent("note", data)])
+        events = await read_events(conn, run_id, head.seq - 1, 10)
+    assert [json.loads(payload)["data"] for _, _, payload in events] == [read_back]
+
+
+async def test_pooled_connections_write_jsonb_parameters_with_orjson(pool: Pool) -> None:
+    """A `Jsonb` holding NaN is stored as null, where `json.dumps`'s `NaN` was refused."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT %s::jsonb AS v", (Jsonb({"x": float("nan"), "ü": [2**63 - 1]}),)
+        )
+        row = await cur.fetchone()
+    assert row == {"v": {"x": None, "ü": [2**63 - 1]}}
+    async with await psycopg.AsyncConnection.connect(pool.conninfo) as plain:
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            await plain.execute("SELECT %s::jsonb", (Jsonb({"x": float("nan")}),))
 
 
 async def test_a_held_runs_snapshot_is_stored_once_no_worker_holds_it(pool: Pool) -> None:
