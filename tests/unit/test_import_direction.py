@@ -40,7 +40,14 @@ SERVER_FORBIDDEN = {
 SERVER_ALLOWED = {
     "server.errors": set[str](),
     "server.domain": {"server.errors"},
-    "server.db": {"server.domain", "server.errors", "server.settings", "server.ids"},
+    "server.jsontext": set[str](),
+    "server.db": {
+        "server.domain",
+        "server.errors",
+        "server.settings",
+        "server.ids",
+        "server.jsontext",
+    },
     # The API's rendering of records is pure: it reads typed values, never the database.
     "server.runs.views": {"server.domain", "server.timestamps"},
 }

@@ -41,7 +41,9 @@ def test_a_long_history_without_secrets_is_dumped_as_it_is() -> None:
     history = [
         {"type": "human", "data": {"content": f"my password is safe, turn {n}"}} for n in range(50)
     ] + [{"type": "ai", "data": {"usage_metadata": {"input_tokens": 5, "output_tokens": 2}}}]
-    assert redacted_json(history, FIELDS) == json.dumps(history)
+    assert redacted_json(history, FIELDS) == json.dumps(
+        history, separators=(",", ":"), ensure_ascii=False
+    )
 
 
 def test_secrets_are_redacted_at_any_depth_and_in_json_text() -> None:
