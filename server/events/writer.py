@@ -278,9 +278,12 @@ class EventWriter:
         self._hurry()
 
     def _take(self, count: int) -> list[NewEvent]:
-        """Take the first `count` events of the buffer; a buffer left empty owes nothing."""
+        """Take the first `count` events of the buffer, pieces of text joined (`joined`).
+
+        A buffer left empty owes nothing.
+        """
         self._sent_at = asyncio.get_running_loop().time()
-        batch = self._buffer[:count]
+        batch = joined(self._buffer[:count])
         del self._buffer[:count]
         if not self._buffer:
             self._due = False
@@ -404,6 +407,39 @@ class EventWriter:
                         raise
                     return
             self._idle_if_empty()
+
+
+def joined(batch: list[NewEvent]) -> list[NewEvent]:
+    """`batch` with each run of adjacent `message.item.delta`s of one item joined into one.
+
+    The joined delta's text is theirs in order, so the item's text, its snapshot and what a
+    client rebuilds are the same; the log stores one row, and clients read one frame, where
+    they were one per piece (docs/decisions/2024).
+    """
+    out: list[NewEvent] = []
+    for event in batch:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and event.type == last.type == EventType.MESSAGE_ITEM_DELTA
+            and _same_but_delta(last.data, event.data)
+        ):
+            out[-1] = NewEvent(
+                last.type, {**last.data, "delta": last.data["delta"] + event.data["delta"]}
+            )
+        else:
+            out.append(event)
+    return out
+
+
+def _same_but_delta(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two deltas' data differ in their text only, which both hold as strings."""
+    return (
+        isinstance(a.get("delta"), str)
+        and isinstance(b.get("delta"), str)
+        and a.keys() == b.keys()
+        and all(a[k] == b[k] for k in a if k != "delta")
+    )
 
 
 async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: int) -> bool:

@@ -115,19 +115,30 @@ async def test_superseded_lease_cannot_write(pool: Pool) -> None:
     assert "message.item.delta" not in kinds
 
 
-@pytest.mark.parametrize("words", [4, 500], ids=["small-batches", "a-burst-stored-by-copy"])
-async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool, words: int) -> None:
+@pytest.mark.parametrize(
+    ("pieces", "items"),
+    [(4, 1), (500, 2)],
+    ids=["pieces-of-one-item-joined", "a-burst-of-two-items-stored-by-copy"],
+)
+async def test_stored_snapshot_equals_the_fold_of_the_log(
+    pool: Pool, pieces: int, items: int
+) -> None:
     run_id = await new_run(pool)
     generation = await claim(pool, run_id)
     async with pool.connection() as conn:
         head = await load_head(conn, run_id, lock=False)
     writer = EventWriter(pool, head)
-    writer.emit("message.item.created", {"itemId": "a"})
-    for word in ("to ", "be ", "or ", "not")[:words] + ("la ",) * (words - 4):
-        writer.emit("message.item.delta", {"itemId": "a", "delta": word})
+    ids = ["a", "b"][:items]
+    words = [("to ", "be ", "or ", "not")[n] if n < 4 else "la " for n in range(pieces)]
+    for item in ids:
+        writer.emit("message.item.created", {"itemId": item})
+    # Pieces of one item in a row are joined; of two items in turn, each is an event.
+    for n, word in enumerate(words):
+        writer.emit("message.item.delta", {"itemId": ids[n % items], "delta": word})
     writer.emit("tool.started", {"toolCallId": "c1", "name": "calculator", "args": {}})
     writer.emit("tool.completed", {"toolCallId": "c1", "name": "calculator", "durationMs": 2})
-    writer.emit("message.item.completed", {"itemId": "a", "text": "to be or not"})
+    for k, item in enumerate(ids):
+        writer.emit("message.item.completed", {"itemId": item, "text": "".join(words[k::items])})
     await writer.finish("run.completed", {})
     await writer.close()
     async with pool.connection() as conn:
@@ -144,7 +155,10 @@ async def test_stored_snapshot_equals_the_fold_of_the_log(pool: Pool, words: int
     # The run's final append stored it: nothing is left for a reader to fold.
     assert row == (len(events), folded)
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
-    assert len(events) == words + 7
+    assert len(events) == (1 if items == 1 else pieces) + 5 + 2 * items
+    assert [item["text"] for item in folded["items"]] == [
+        "".join(words[k::items]) for k in range(items)
+    ]
 
 
 async def test_an_illegal_event_stores_nothing(pool: Pool) -> None:
