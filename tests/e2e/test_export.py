@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from nodes.models.scripted import ScriptedTurn
+from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.db.pool import Pool
 from server.events.log import read_events
@@ -18,13 +18,21 @@ from tests.support.live import read_sse, serve
 
 pytestmark = pytest.mark.timeout(240)
 LONG = " ".join(f"word{i}" for i in range(6000))
+# A long log: each tool call is two events (a streamed answer's pieces are joined into few).
+CALLS = 600
 SCRIPTS = {
     "long": [
+        ScriptedTurn(
+            tool_calls=[
+                ScriptedToolCall(name="calculator", args={"expression": f"{n}+1"})
+                for n in range(CALLS)
+            ]
+        ),
         ScriptedTurn(
             text=LONG,
             chunk_chars=3,
             usage={"input_tokens": 10, "output_tokens": 9000, "total_tokens": 9010},
-        )
+        ),
     ]
 }
 
@@ -78,7 +86,8 @@ async def test_the_export_of_a_long_run_equals_its_log_and_is_streamed(
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
     assert messages[1]["content"] == LONG
     usage = [line for line in lines if line["kind"] == "usage"]
-    assert len(usage) == 2 and {u["outputTokens"] for u in usage} == {9000}
+    # Two model calls a run: the tool calls', then the answer's.
+    assert [u["outputTokens"] == 9000 for u in usage] == [False, True, False, True]
 
 
 async def test_exporting_an_unknown_conversation_answers_404(client: httpx.AsyncClient) -> None:
