@@ -24,6 +24,7 @@ BENCHMARKS = [
     "floor",
     "durability",
     "first_event",
+    "answer_length",
     "long_run",
     "fanout",
     "idle",

@@ -417,19 +417,29 @@ def joined(batch: list[NewEvent]) -> list[NewEvent]:
     they were one per piece (docs/decisions/2024).
     """
     out: list[NewEvent] = []
+    texts: list[str] = []  # the texts of the run of deltas that `out[-1]` stands for
     for event in batch:
-        last = out[-1] if out else None
         if (
-            last is not None
-            and event.type == last.type == EventType.MESSAGE_ITEM_DELTA
-            and _same_but_delta(last.data, event.data)
+            texts
+            and event.type == EventType.MESSAGE_ITEM_DELTA
+            and _same_but_delta(out[-1].data, event.data)
         ):
-            out[-1] = NewEvent(
-                last.type, {**last.data, "delta": last.data["delta"] + event.data["delta"]}
-            )
-        else:
-            out.append(event)
+            texts.append(event.data["delta"])
+            continue
+        _join(out, texts)
+        out.append(event)
+        text = event.data.get("delta")
+        texts = (
+            [text] if event.type == EventType.MESSAGE_ITEM_DELTA and isinstance(text, str) else []
+        )
+    _join(out, texts)
     return out
+
+
+def _join(out: list[NewEvent], texts: list[str]) -> None:
+    """Make `out[-1]` the delta of `texts`, if it stands for more than one."""
+    if len(texts) > 1:
+        out[-1] = NewEvent(out[-1].type, {**out[-1].data, "delta": "".join(texts)})
 
 
 def _same_but_delta(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from bench.answer_length import Cost, per_piece
 from bench.common import Figures
 from bench.db_cost import parse_records
 from bench.run import DOC, output_path, write_section
@@ -56,3 +59,11 @@ def test_the_wal_of_other_databases_is_left_out_of_a_benchmarks_figures() -> Non
         ("Heap", 59, 8239, "1262"),  # a shared catalog's
         ("Transaction", 34, 34, None),
     ]
+
+
+def test_a_pieces_cost_is_the_difference_of_two_lengths_over_the_pieces_added() -> None:
+    short = Cost({"API": 5.0, "worker": 20.0}, 8.0)
+    long = Cost({"API": 5.5, "worker": 44.0}, 8.96)
+    assert per_piece(short, long, added=480) == pytest.approx(
+        {"API": 1.04, "worker": 50.0, "Postgres": 2.0}, abs=0.01
+    )
