@@ -6,6 +6,7 @@ Shared by the API server (`create_app`'s lifespan) and the worker process (`agen
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -185,6 +186,9 @@ async def open_runtime(
                 pool, knowledge.embedders, settings, cells=knowledge.probes is not None
             )
             await knowledge_jobs.start()
+        # What start-up made (modules, the compiled graphs, pools) lives as long as the process:
+        # out of the collector's way, so that its full passes walk only what runs make.
+        gc.freeze()
         log.info(
             "agentrt ready: database %s%s, model %s, workers %s",
             redact_url(url),
