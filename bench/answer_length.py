@@ -166,7 +166,7 @@ def main(database_url: str, quick: bool) -> Figures:
     figures.add(
         f"A {LONG}-piece answer's run: {med(long_ours):.1f} ms of CPU in all for agentrt (API, "
         f"worker, Postgres) against {med(long_theirs):.1f} ms for the engine "
-        f"(+{med(long_ours) - med(long_theirs):.1f} ms); its log holds {events:.1f} events "
+        f"({med(long_ours) - med(long_theirs):+.1f} ms); its log holds {events:.1f} events "
         f"(pieces sent together are one `message.item.delta`, docs/decisions/2024)."
     )
     return figures

@@ -37,3 +37,13 @@ def test_the_batch_given_is_not_changed() -> None:
     batch = [delta("a", "1"), delta("a", "2")]
     joined(batch)
     assert batch == [delta("a", "1"), delta("a", "2")]
+
+
+def test_each_run_of_pieces_is_joined_on_its_own() -> None:
+    note = NewEvent(E.TOOL_STARTED, {"toolCallId": "c"})
+    batch = [delta("a", "1"), delta("a", "2"), note, delta("a", "3"), delta("a", "4")]
+    assert joined(batch) == [delta("a", "12"), note, delta("a", "34")]
+    assert joined([delta("a", "1"), delta("a", "2"), delta("a", None)]) == [
+        delta("a", "12"),
+        delta("a", None),
+    ]
