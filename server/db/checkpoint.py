@@ -150,6 +150,14 @@ class Lead:
     landed: Callable[[BaseException | None], None]
 
 
+def _go_at_once(writes: Sequence[tuple[str, Any]]) -> bool:
+    """Whether writes go at once, never held.
+
+    They do if any is to LangGraph's special channels (an interrupt, an error, a resume).
+    """
+    return any(w[0] in WRITES_IDX_MAP for w in writes)
+
+
 def _held_key(config: RunnableConfig) -> tuple[str, str, str]:
     configurable = config["configurable"]
     return (
@@ -523,7 +531,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         if (
             self._holds(config)
             and get_checkpoint_id(config) is not None
-            and any(w[0] in WRITES_IDX_MAP for w in writes)
+            and _go_at_once(writes)
             and (storing := self._storing.get(_held_key(config))) is not None
         ):
             await asyncio.wait([storing])
@@ -535,7 +543,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """Hold regular writes for the step's checkpoint; the others go with what was held."""
         if not self._holds(config):
             return [statement]
-        if self._hold_writes_s > 0 and not any(w[0] in WRITES_IDX_MAP for w in writes):
+        if self._hold_writes_s > 0 and not _go_at_once(writes):
             self._hold(_held_key(config), config, [statement])
             return []
         return [*self._take(config), statement]
