@@ -5,6 +5,12 @@ recorded call gets the recorded outcome instead of executing again. A row left `
 earlier attempt (whose worker died) is *in doubt*: the pipeline's policy decides whether it may
 be run again (see docs/tools.md, "Exactly-once side effects").
 
+On a run's first attempt, a call that is safe to run again is not claimed in the database
+before it executes: its row is written once, with its outcome, in the transaction that stores
+the call's `tool.completed` or `tool.failed` event (`HeldOutcomes`, docs/decisions/2026). A crash
+before that commit loses nothing anyone saw, and the next attempt runs the call again, as it
+would an in-doubt one.
+
 Every write is fenced by the run's lease generation: only the attempt that holds the row may
 record its outcome, so a stale worker cannot overwrite a newer attempt's result.
 """
@@ -13,10 +19,13 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from psycopg import AsyncCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -73,8 +82,14 @@ class ToolLedger(ABC):
     """Where tool outcomes are kept. `PostgresToolLedger` in production."""
 
     @abstractmethod
-    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
-        """Insert `entry` as started unless a row exists; return what was found."""
+    async def claim(
+        self, entry: LedgerEntry, *, rerunnable: bool = False
+    ) -> tuple[Claim, LedgerEntry]:
+        """Insert `entry` as started unless a row exists; return what was found.
+
+        `rerunnable`: the call's tool is safe to run again (`ToolSpec.safe_to_rerun`); a
+        ledger may then keep the row until the outcome is stored with its event.
+        """
 
     @abstractmethod
     async def take_over(self, run_id: str, tool_call_id: str, generation: int) -> bool:
@@ -110,7 +125,9 @@ class InMemoryToolLedger(ToolLedger):
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], LedgerEntry] = {}
 
-    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+    async def claim(
+        self, entry: LedgerEntry, *, rerunnable: bool = False
+    ) -> tuple[Claim, LedgerEntry]:
         """Insert `entry` as started unless a row exists; return what was found."""
         key = (entry.run_id, entry.tool_call_id)
         found = self.rows.get(key)
@@ -136,16 +153,21 @@ class InMemoryToolLedger(ToolLedger):
         found = self.rows.get((run_id, tool_call_id))
         if found is None or found.status != "started" or found.generation != generation:
             return False
-        self.rows[(run_id, tool_call_id)] = replace(
-            found,
-            status=outcome.status,
-            attempts=found.attempts + outcome.attempts,
-            duration_ms=outcome.duration_ms,
-            output=outcome.output,
-            error=outcome.error,
-            error_type=outcome.error_type,
-        )
+        self.rows[(run_id, tool_call_id)] = _with_outcome(found, outcome)
         return True
+
+
+def _with_outcome(found: LedgerEntry, outcome: Outcome) -> LedgerEntry:
+    """Return a started row with `outcome` recorded in it."""
+    return replace(
+        found,
+        status=outcome.status,
+        attempts=found.attempts + outcome.attempts,
+        duration_ms=outcome.duration_ms,
+        output=outcome.output,
+        error=outcome.error,
+        error_type=outcome.error_type,
+    )
 
 
 def _classify(found: LedgerEntry, generation: int) -> Claim:
@@ -176,19 +198,103 @@ WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'star
 """
 
 
+# A held call's row, written with its outcome's event; a repeat of that write (a batch written
+# again after a commit in doubt, a replay's event) changes nothing.
+_INSERT_HELD = """
+INSERT INTO tool_ledger (run_id, tool_call_id, tenant_id, tool_name, args, idempotency_key,
+                         status, generation, attempts, output, error, error_type, duration_ms,
+                         started_at, finished_at)
+VALUES (%(run_id)s, %(tool_call_id)s, %(tenant_id)s, %(tool_name)s, %(args)s,
+        %(idempotency_key)s, %(status)s, %(generation)s, %(attempts)s, %(output)s, %(error)s,
+        %(error_type)s, %(duration_ms)s, %(started_at)s, now())
+ON CONFLICT (run_id, tool_call_id) DO NOTHING
+"""
+
+
+class HeldOutcomes:
+    """Calls of a run's first attempt whose rows wait for their outcome's event.
+
+    The attempt's `PostgresToolLedger` keeps here the calls of tools that are safe to run
+    again, instead of claiming them in the database before they execute; the run's event
+    writer calls `write` with every batch that holds `tool.completed` or `tool.failed`
+    events, in the batch's transaction. Only for a first attempt: no earlier attempt can
+    have left a row that a claim would have found.
+    """
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+        self.entries: dict[str, LedgerEntry] = {}  # by tool call id
+        self.started_at: dict[str, datetime] = {}
+
+    def hold(self, entry: LedgerEntry) -> None:
+        """Keep `entry` (started) for the outcome to come."""
+        self.entries[entry.tool_call_id] = entry
+        self.started_at[entry.tool_call_id] = datetime.now(UTC)
+
+    async def write(self, cur: AsyncCursor[Any], tool_call_ids: Iterable[str]) -> None:
+        """Insert the rows of those calls that have an outcome, in the caller's transaction."""
+        rows = []
+        for call_id in tool_call_ids:
+            entry = self.entries.get(call_id)
+            if entry is None or entry.status == "started":
+                continue
+            rows.append(
+                {
+                    "run_id": entry.run_id,
+                    "tool_call_id": call_id,
+                    "tenant_id": self.tenant_id,
+                    "tool_name": entry.tool_name,
+                    "args": Jsonb(entry.args),
+                    "idempotency_key": entry.idempotency_key,
+                    "status": entry.status,
+                    "generation": entry.generation,
+                    "attempts": entry.attempts,
+                    "output": entry.output,
+                    "error": entry.error,
+                    "error_type": entry.error_type,
+                    "duration_ms": entry.duration_ms,
+                    "started_at": self.started_at[call_id],
+                }
+            )
+        if rows:
+            await cur.executemany(_INSERT_HELD, rows)
+
+
 class PostgresToolLedger(ToolLedger):
     """The ledger in the `tool_ledger` table (server migration 0003), over the server's pool.
 
     The tool runtime owns these statements; the server only creates the table and hands the
     pool in, so `tools` never imports `server`.
+
+    Args:
+        pool: The server's pool.
+        tenant_id: The run's tenant.
+        held: Given on a run's first attempt only: where calls of tools that are safe to run
+            again wait for their outcome's event (`HeldOutcomes`) instead of being claimed
+            in the database first.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[Any], tenant_id: str) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], tenant_id: str, held: HeldOutcomes | None = None
+    ) -> None:
         self._pool = pool
         self._tenant_id = tenant_id
+        self._held = held
+        self._claimed: set[str] = set()  # ids this attempt claimed in the database
 
-    async def claim(self, entry: LedgerEntry) -> tuple[Claim, LedgerEntry]:
+    async def claim(
+        self, entry: LedgerEntry, *, rerunnable: bool = False
+    ) -> tuple[Claim, LedgerEntry]:
         """Insert `entry` as started unless a row exists; return what was found."""
+        held = self._held
+        if held is not None:
+            found = held.entries.get(entry.tool_call_id)
+            if found is not None:
+                return _classify(found, entry.generation), found
+            if rerunnable and entry.tool_call_id not in self._claimed:
+                held.hold(entry)
+                return Claim.NEW, entry
+            self._claimed.add(entry.tool_call_id)
         async with self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
@@ -236,7 +342,17 @@ class PostgresToolLedger(ToolLedger):
     async def store(
         self, run_id: str, tool_call_id: str, generation: int, outcome: Outcome
     ) -> bool:
-        """Store the outcome of a call; False when the row is no longer this attempt's."""
+        """Store the outcome of a call; False when the row is no longer this attempt's.
+
+        A held call's outcome is kept with it, and written with its event.
+        """
+        held = self._held
+        found = held.entries.get(tool_call_id) if held is not None else None
+        if held is not None and found is not None:
+            if found.status != "started" or found.generation != generation:
+                return False
+            held.entries[tool_call_id] = _with_outcome(found, outcome)
+            return True
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _RECORD,

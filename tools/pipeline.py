@@ -279,7 +279,8 @@ def outcome_of(result: ToolResult, attempts: int) -> Outcome:
 
 async def claim(toolbox: Toolbox, call: PreparedCall) -> tuple[Claim, LedgerEntry]:
     """Claim `call` in the ledger for this attempt."""
-    return await toolbox.ledger.claim(ledger_entry(toolbox, call))
+    rerunnable = call.spec is not None and call.spec.safe_to_rerun
+    return await toolbox.ledger.claim(ledger_entry(toolbox, call), rerunnable=rerunnable)
 
 
 def budget_for(toolbox: Toolbox, spec: ToolSpec | None) -> int:

@@ -29,7 +29,7 @@ from tools.config import TenantToolConfig
 from tools.delegate import DELEGATE_TOOL
 from tools.knowledge.search import KnowledgeAccess, KnowledgeSearch
 from tools.knowledge.tools import KNOWLEDGE_TOOLS
-from tools.ledger import PostgresToolLedger
+from tools.ledger import HeldOutcomes, PostgresToolLedger
 from tools.memory.tools import MEMORY_TOOLS
 from tools.plan.tool import PLAN_TOOLS
 from tools.policy import Toolbox
@@ -206,11 +206,13 @@ async def profile_toolbox(
     run: Run,
     agent: AgentVersion,
     overlay: TenantToolConfig | None,
+    held: HeldOutcomes | None = None,
 ) -> Toolbox:
     """Build the toolbox of one attempt: the tenant's tools, narrowed to the profile's.
 
     The profile's per-tool policy lies on top of the operator's and the tenant's (`overlay`,
-    from `tenant_overlay`).
+    from `tenant_overlay`). `held`: on a run's first attempt, where the ledger keeps calls
+    that are safe to run again until their outcome's event is stored (`HeldOutcomes`).
     """
     policies = agent.spec.tool_policies
     if policies:
@@ -224,7 +226,7 @@ async def profile_toolbox(
         user_id=run.user_id,
         roles=frozenset(run.principal_roles),
         generation=run.lease_generation,
-        ledger=PostgresToolLedger(pool, run.tenant_id),
+        ledger=PostgresToolLedger(pool, run.tenant_id, held),
         overlay=overlay,
         only=tool_allow_list(agent, run.options.get("tools")),
     )

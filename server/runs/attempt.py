@@ -54,6 +54,7 @@ from server.usage.budgets import run_budget
 from server.usage.registry import ModelRegistry
 from tools.config import TenantToolConfig
 from tools.knowledge.search import KnowledgeSearch
+from tools.ledger import HeldOutcomes
 from tools.registry import ToolRegistry
 
 GraphInput = dict[str, Any] | Command[Any] | None
@@ -154,6 +155,9 @@ class Attempt:
         projector: Turns the graph's stream into the run's events.
         emit: Stores one event (through the run's writer).
         recorded: Ids of the message items earlier attempts completed.
+        rider: The run's event writer, whose reports ride the attempt's checkpoint writes.
+        held: On a run's first attempt: where the tool ledger keeps the calls it writes with
+            their outcome's event (the writer's `held_outcomes` hook writes them).
     """
 
     def __init__(
@@ -165,6 +169,7 @@ class Attempt:
         emit: EventSink,
         recorded: set[str],
         rider: Rider | None = None,
+        held: HeldOutcomes | None = None,
     ) -> None:
         self.deps = deps
         self.claim = claim
@@ -174,6 +179,7 @@ class Attempt:
         self.emit = emit
         self.recorded = recorded
         self.rider = rider
+        self.held = held
         # The graph's last checkpoint, held for the run's end (docs/decisions/2021).
         self.last = LastCheckpoint()
 
@@ -301,7 +307,7 @@ class Attempt:
     async def _context(self, agent: AgentVersion, overlay: TenantToolConfig | None) -> RunContext:
         """Build the run's LangGraph context: its profile's model caller, toolbox and limits."""
         deps, run = self.deps, self.run
-        toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent, overlay)
+        toolbox = await profile_toolbox(deps.tools, deps.pool, run, agent, overlay, self.held)
         for source, reason in sorted(toolbox.unavailable.items()):
             if source.startswith("mcp:"):
                 self.emit(EventType.TOOLS_UNAVAILABLE, {"source": source, "reason": reason})

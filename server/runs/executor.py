@@ -29,10 +29,12 @@ from server.observability.logs import run_context
 from server.observability.tracing import RunInfo
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused
+from server.runs.toolbox import held_outcomes
 from server.skills.usage import SKILL_LOADS
 from server.subagents.suspend import suspend_run
 from server.subagents.wake import after_run_end
 from server.usage.ledger import MODEL_CALLS
+from tools.ledger import HeldOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +47,14 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
     """
     run, head = claim.run, claim.head
     handle = handle or RunHandle()
+    # No earlier attempt left ledger rows: calls that are safe to run again are written with
+    # their outcome's event, not claimed first (docs/decisions/2026).
+    held = HeldOutcomes(run.tenant_id) if run.attempt == 1 else None
     writer = EventWriter(
         deps.pool,
         head,
         on_stored=deps.metrics.events_written.inc,
-        hooks=[MODEL_CALLS, SKILL_LOADS],
+        hooks=[MODEL_CALLS, SKILL_LOADS, *([held_outcomes(held)] if held else [])],
         linger_s=deps.settings.event_linger_s,
         pace_s=deps.settings.event_pace_s,
     )
@@ -72,7 +77,7 @@ async def execute_run(deps: ExecutorDeps, claim: Claim, handle: RunHandle | None
         )
     recorded = {i["itemId"] for i in head.snapshot["items"] if i["status"] == "completed"}
     kind = GraphAttempt if "langgraph" in run.options else Attempt
-    attempt = kind(deps, claim, handle, projector, emit, recorded, writer)
+    attempt = kind(deps, claim, handle, projector, emit, recorded, writer, held)
     writer.lead = attempt.last.lead  # a step's events never stored ahead of its checkpoint
     info = RunInfo(run.id, run.conversation_id, run.tenant_id, head.attempt)
     token = run_context.set({"run_id": run.id, "tenant_id": run.tenant_id})

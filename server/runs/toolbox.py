@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlparse
 
+from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
+from graphs.events import EventType
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.errors import ToolConfigError
+from server.events.store import StoredEvent, StoreHook
 from server.lifecycle import audit
 from tools.config import TenantToolConfig
+from tools.ledger import HeldOutcomes
 from tools.policy import Toolbox
 from tools.registry import ToolRegistry
+
+
+def held_outcomes(held: HeldOutcomes) -> StoreHook:
+    """The run's event writer's hook that writes held tool calls' ledger rows.
+
+    A call held by the attempt's ledger (`HeldOutcomes`) gets its row in the transaction that
+    stores its `tool.completed` or `tool.failed` event: the outcome a client can read is one
+    the ledger holds, and a replay finds it (docs/decisions/2026).
+    """
+
+    async def store(cur: AsyncCursor[Any], run_id: str, events: Sequence[StoredEvent]) -> None:
+        await held.write(cur, [str(e.data.get("toolCallId")) for e in events])
+
+    return StoreHook(frozenset({EventType.TOOL_COMPLETED, EventType.TOOL_FAILED}), store)
 
 
 async def load_overlay(conn: Conn, tenant_id: str) -> TenantToolConfig | None:

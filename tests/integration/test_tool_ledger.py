@@ -6,7 +6,7 @@ from server.auth import Principal
 from server.db.pool import Pool
 from server.runs.conversations import create_conversation
 from server.runs.records import create_run
-from tools.ledger import Claim, LedgerEntry, PostgresToolLedger, idempotency_key
+from tools.ledger import Claim, HeldOutcomes, LedgerEntry, PostgresToolLedger, idempotency_key
 
 WHO = Principal("t1", "u1", frozenset())
 
@@ -62,3 +62,73 @@ async def test_an_unfinished_call_is_in_doubt_and_only_one_attempt_takes_it_over
     )
     _, final = await ledger.claim(entry(run_id, "c1", 3))
     assert (final.status, final.error, final.attempts) == ("failed", "no", 2)
+
+
+async def _rows(pool: Pool, run_id: str) -> dict[str, tuple[str, int, str | None]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tool_call_id, status, attempts, output FROM tool_ledger WHERE run_id = %s",
+            (run_id,),
+        )
+        return {
+            r["tool_call_id"]: (r["status"], r["attempts"], r["output"])
+            for r in await cur.fetchall()
+        }
+
+
+async def _write_held(pool: Pool, held: HeldOutcomes, ids: list[str], *, commit: bool) -> None:
+    async with pool.connection() as conn:
+        tx = conn.transaction(force_rollback=not commit)
+        async with tx, conn.cursor() as cur:
+            await held.write(cur, ids)
+
+
+async def test_a_first_attempt_writes_a_rerunnable_call_once_with_its_outcome(pool: Pool) -> None:
+    held = HeldOutcomes("t1")
+    ledger = PostgresToolLedger(pool, "t1", held)
+    run_id = await new_run(pool)
+    assert (await ledger.claim(entry(run_id, "c1", 1), rerunnable=True))[0] == Claim.NEW
+    # Nothing is stored before the call runs; a duplicate id in the same turn is busy.
+    assert await _rows(pool, run_id) == {}
+    assert (await ledger.claim(entry(run_id, "c1", 1), rerunnable=True))[0] == Claim.BUSY
+    assert not await ledger.record(  # another attempt's outcome is refused
+        run_id, "c1", 2, status="completed", attempts=1, duration_ms=1, output="late"
+    )
+    assert await ledger.record(
+        run_id, "c1", 1, status="completed", attempts=2, duration_ms=3.5, output="sent"
+    )
+    # Written only with the outcome's event: a write without the call's id stores nothing,
+    # a write rolled back stores nothing, and the batch written again stores the row.
+    await _write_held(pool, held, ["other"], commit=True)
+    await _write_held(pool, held, ["c1"], commit=False)
+    assert await _rows(pool, run_id) == {}
+    await _write_held(pool, held, ["c1"], commit=True)
+    await _write_held(pool, held, ["c1"], commit=True)  # a replay's event: no change
+    assert await _rows(pool, run_id) == {"c1": ("completed", 2, "sent")}
+    # The same id later in the attempt replays the outcome; so does a later attempt.
+    state, found = await ledger.claim(entry(run_id, "c1", 1), rerunnable=True)
+    assert state == Claim.RECORDED and found.output == "sent"
+    state, found = await PostgresToolLedger(pool, "t1").claim(entry(run_id, "c1", 2))
+    assert state == Claim.RECORDED and (found.output, found.attempts) == ("sent", 2)
+
+
+async def test_a_first_attempt_still_claims_a_call_that_cannot_run_twice(pool: Pool) -> None:
+    held = HeldOutcomes("t1")
+    ledger = PostgresToolLedger(pool, "t1", held)
+    run_id = await new_run(pool)
+    assert (await ledger.claim(entry(run_id, "c1", 1)))[0] == Claim.NEW
+    assert await _rows(pool, run_id) == {"c1": ("started", 0, None)}
+    # Its id, used again by a call that could run twice, is the database row's: busy.
+    assert (await ledger.claim(entry(run_id, "c1", 1), rerunnable=True))[0] == Claim.BUSY
+    assert held.entries == {}
+    assert await ledger.record(
+        run_id, "c1", 1, status="completed", attempts=1, duration_ms=1, output="sent"
+    )
+    assert await _rows(pool, run_id) == {"c1": ("completed", 1, "sent")}
+
+
+async def test_a_later_attempt_claims_every_call_first(pool: Pool) -> None:
+    ledger = PostgresToolLedger(pool, "t1")  # no held outcomes: not a first attempt
+    run_id = await new_run(pool)
+    assert (await ledger.claim(entry(run_id, "c1", 2), rerunnable=True))[0] == Claim.NEW
+    assert await _rows(pool, run_id) == {"c1": ("started", 0, None)}

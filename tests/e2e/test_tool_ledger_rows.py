@@ -1,0 +1,112 @@
+"""When a run's tool calls reach the ledger: claimed first, or written with their outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
+from server.app import create_app
+from server.db.pool import Pool
+from server.settings import Settings
+from server.usage.registry import ModelRegistry
+from tests.support.live import read_sse, serve
+from tools.spec import ToolSpec, agent_tool
+
+RUNNING = {"lookup": asyncio.Event(), "send": asyncio.Event()}
+RELEASE = asyncio.Event()
+
+
+@agent_tool
+async def lookup() -> str:
+    """Look something up (no side effect: safe to run twice)."""
+    RUNNING["lookup"].set()
+    await RELEASE.wait()
+    return "found"
+
+
+@agent_tool(idempotent=False)
+async def send() -> str:
+    """Send something (a side effect that must not happen twice)."""
+    RUNNING["send"].set()
+    await RELEASE.wait()
+    return "sent"
+
+
+SCRIPTS = {
+    "both": [
+        ScriptedTurn(
+            tool_calls=[
+                ScriptedToolCall(id="c_lookup", name="lookup"),
+                ScriptedToolCall(id="c_send", name="send"),
+            ]
+        ),
+        ScriptedTurn(text="Done."),
+    ]
+}
+
+
+def tools() -> list[ToolSpec]:
+    return [lookup, send]
+
+
+@pytest.fixture
+async def base(settings: Settings) -> AsyncIterator[str]:
+    application = create_app(settings, models=ModelRegistry(settings, SCRIPTS), tools=tools())
+    async with serve(application) as url:
+        yield url
+
+
+async def _ledger(pool: Pool, run_id: str) -> dict[str, dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tool_call_id, status, attempts, output, xmin::text AS xid, started_at,"
+            " finished_at FROM tool_ledger WHERE run_id = %s",
+            (run_id,),
+        )
+        return {r["tool_call_id"]: r for r in await cur.fetchall()}
+
+
+async def test_a_call_safe_to_rerun_is_written_with_its_outcome_event(
+    base: str, pool: Pool
+) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        conv = (await client.post("/api/conversations", json={})).json()
+        run = (
+            await client.post(
+                f"/api/conversations/{conv['conversationId']}/messages",
+                json={"content": "go", "model": "scripted:both"},
+            )
+        ).json()
+        async with asyncio.timeout(30):
+            for running in RUNNING.values():
+                await running.wait()
+        # Both are running: the call that must not run twice was claimed before it started;
+        # the one that may run twice has no row yet.
+        during = await _ledger(pool, run["runId"])
+        assert {k: r["status"] for k, r in during.items()} == {"c_send": "started"}
+        RELEASE.set()
+        events = await read_sse(client, run["streamUrl"])
+    assert events[-1].event == "run.completed"
+
+    after = await _ledger(pool, run["runId"])
+    assert {k: (r["status"], r["attempts"], r["output"]) for k, r in after.items()} == {
+        "c_lookup": ("completed", 1, "found"),
+        "c_send": ("completed", 1, "sent"),
+    }
+    lookup_row = after["c_lookup"]
+    assert lookup_row["started_at"] <= lookup_row["finished_at"]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT data ->> 'toolCallId' AS call, xmin::text AS xid FROM run_events"
+            " WHERE run_id = %s AND type = 'tool.completed'",
+            (run["runId"],),
+        )
+        event_xid = {r["call"]: r["xid"] for r in await cur.fetchall()}
+    # One transaction stored the lookup's outcome event and its ledger row.
+    assert lookup_row["xid"] == event_xid["c_lookup"]
+    assert after["c_send"]["xid"] != event_xid["c_send"]
