@@ -48,8 +48,10 @@ from server.errors import LeaseLostError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-FENCE_RUN = "agentrt_run_id"
-FENCE_GENERATION = "agentrt_lease_generation"
+# Named with "__", as LangGraph's own keys: LangGraph copies every other `configurable` value
+# that is a string or a number into each checkpoint's metadata, which no reader needs.
+FENCE_RUN = "__agentrt_run_id"
+FENCE_GENERATION = "__agentrt_lease_generation"
 FENCE_RIDER = "agentrt_rider"
 FENCE_LAST = "agentrt_last_checkpoint"
 FENCE_SQLSTATE = "AR001"  # raised by agentrt_fence() (migration 0006)
@@ -649,7 +651,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
 class FencedPostgresSaver(HoldingPostgresSaver):
     """`HoldingPostgresSaver` whose writes for a leased run are refused once the lease is lost.
 
-    Runs pass `agentrt_run_id` and `agentrt_lease_generation` in `configurable` (and may pass
+    Runs pass `__agentrt_run_id` and `__agentrt_lease_generation` in `configurable` (and may pass
     a `Rider` as `agentrt_rider`); writes without them (LangGraph tooling, tests) behave
     exactly as `InlinePostgresSaver`; a run's task writes are held for its step's checkpoint.
     """

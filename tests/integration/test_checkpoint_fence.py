@@ -45,6 +45,13 @@ async def test_checkpoints_are_written_with_the_current_generation_and_refused_a
     await graph.ainvoke(state, config(1), context=RunContext(model=model))
     written = await count_rows(pool, "checkpoints", "thread_id", conv)
     assert written > 0
+    async with pool.connection() as conn:  # the fence is not copied into every checkpoint
+        cur = await conn.execute(
+            "SELECT DISTINCT jsonb_object_keys(metadata) AS key FROM checkpoints"
+            " WHERE thread_id = %s",
+            (conv,),
+        )
+        assert {r["key"] for r in await cur.fetchall()} == {"step", "source", "parents"}
 
     async with pool.connection() as conn:  # another worker takes the run over
         await conn.execute("UPDATE runs SET lease_generation = 2 WHERE id = %s", (run.id,))
