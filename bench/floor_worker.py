@@ -19,9 +19,12 @@ guarantees:
   building the context, the tools' step) in the next step's or in the next event batch's
   (ahead of the events), and the graph's last checkpoint in the transaction that ends the run
   (`HoldingPostgresSaver`), as agentrt's do.
-- **Tools run once.** The tool call is recorded (committed) before the tool runs, and its
-  result (committed) before the graph goes on; a later attempt finds the result and does not
-  run the tool again.
+- **Tools run once.** A later attempt finds a call's recorded result and does not run the
+  tool again. On a run's first attempt, the calls of a tool that is safe to run again (the
+  calculator) are recorded with their result in the next event batch's transaction, as
+  agentrt's are (docs/decisions/2026): no earlier attempt can have recorded anything, and a
+  crash before that commit only runs the tool again. Otherwise the call is recorded
+  (committed) before the tool runs, and its result (committed) before the graph goes on.
 
 The events reach the server in their NOTIFY payloads (a batch fits in one), so it reads
 nothing back. Left out, as in L2: traces, cost ledger, snapshot, authentication,
@@ -118,6 +121,9 @@ RENEW = (
 )
 
 # The attempt the current task runs: (run id, generation).
+_writer: contextvars.ContextVar[AttemptWriter | None] = contextvars.ContextVar(
+    "floor_writer", default=None
+)
 _attempt: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "floor_attempt", default=None
 )
@@ -184,6 +190,8 @@ class AttemptWriter(Writer):
         self.generation, self.seq = generation, seq
         # The graph's last checkpoint, held by the saver for the run's end (as agentrt's).
         self.last = LastCheckpoint()
+        # Tool calls of a first attempt, (call id, result), for the next batch's transaction.
+        self.held: list[tuple[str, str]] = []
 
     async def commit(self, batch: list[str], conn: AsyncConnection[Any] | None = None) -> None:
         """Append `batch` behind the fence and commit it (in `conn`'s transaction if given).
@@ -199,6 +207,7 @@ class AttemptWriter(Writer):
             "rows": f"[{rows}]",
             "payload": payload(self.run_id, first, batch),
         }
+        held, self.held = self.held, []
         if conn is not None:  # inside the caller's transaction (the claim)
             await conn.execute(APPEND, params)
         else:
@@ -208,6 +217,7 @@ class AttemptWriter(Writer):
                         if (last := self.last.take()) is not None:
                             await last(own)  # rolls back with a fenced-out append
                         await own.execute(APPEND, params)
+                        await self._record(own, held)
                         await own.execute(END_RUN, (self.run_id, self.generation))
                 elif (lead := self.last.lead()) is not None:
                     # Deferred checkpoints go first: no event ahead of its step's checkpoint.
@@ -215,27 +225,47 @@ class AttemptWriter(Writer):
                         async with own.pipeline(), own.transaction():
                             await lead.write(own)
                             await own.execute(APPEND, params)
+                            await self._record(own, held)
                     except BaseException as exc:
                         lead.landed(exc)
                         raise
                     lead.landed(None)
+                elif held:
+                    async with own.pipeline(), own.transaction():
+                        await own.execute(APPEND, params)
+                        await self._record(own, held)
                 else:
                     await own.execute(APPEND, params)
         self.seq += len(batch)
         self.commits += 1
 
+    async def _record(self, conn: AsyncConnection[Any], held: list[tuple[str, str]]) -> None:
+        """Record held tool calls with their results, in the batch's (fenced) transaction."""
+        if held:
+            await conn.cursor().executemany(
+                "INSERT INTO floor_tool_calls (run_id, call_id, result) VALUES (%s, %s, %s)"
+                " ON CONFLICT (run_id, call_id) DO NOTHING",
+                [(self.run_id, call_id, result) for call_id, result in held],
+            )
+
 
 def ledgered(tool: BaseTool, pool: Pool) -> BaseTool:
-    """`tool` with its calls recorded before they run and their results after (each committed).
+    """`tool` (safe to run again) with its calls recorded, and each call run once.
 
-    A call whose result is already recorded (an earlier attempt ran it) returns that result.
+    On a first attempt (generation 1) a call is recorded with its result in the next event
+    batch's transaction. Otherwise it is recorded before it runs and its result after (each
+    committed), and a call whose result is already recorded returns that result.
     """
 
     async def call(**kwargs: Any) -> str:
-        attempt = _attempt.get()
-        assert attempt is not None
+        attempt, writer = _attempt.get(), _writer.get()
+        assert attempt is not None and writer is not None
         run_id, generation = attempt
         call_id = json.dumps(kwargs, sort_keys=True)
+        if generation == 1:
+            result = str(await tool.ainvoke(kwargs))
+            writer.held.append((call_id, result))
+            return result
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             await conn.execute("SELECT floor_fence(%s, %s)", (run_id, generation))
             cur = await conn.execute(
@@ -319,6 +349,7 @@ class FloorWorker:
     async def execute(self, writer: AttemptWriter) -> None:
         """Run the attempt's graph, every write fenced, every stream part logged."""
         _attempt.set((writer.run_id, writer.generation))
+        _writer.set(writer)
         pump = asyncio.create_task(writer.run())
         config: RunnableConfig = {
             "configurable": {"thread_id": writer.run_id, FENCE_LAST: writer.last}

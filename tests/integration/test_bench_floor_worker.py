@@ -61,6 +61,15 @@ async def test_a_queued_run_is_claimed_run_and_logged_once(database_url: str) ->
                 (run_id, run_id),
             )
             last = await cur.fetchone()
+            # A first attempt's call of a tool safe to run again went in an event batch's.
+            cur = await conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM floor_events e WHERE e.run_id = t.run_id"
+                " AND e.xmin::text = t.xmin::text) AS together"
+                " FROM floor_tool_calls t WHERE t.run_id = %s",
+                (run_id,),
+            )
+            call = await cur.fetchone()
+    assert call == {"together": True}
     assert writes is not None and writes["together"] is True and writes["writes"] >= 5
     assert last == {"together": True}
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
