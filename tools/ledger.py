@@ -198,6 +198,9 @@ WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'star
 """
 
 
+# The most calls, and characters of outcomes, one attempt holds in memory (`HeldOutcomes`).
+HELD_MAX_CALLS = 1_000
+HELD_MAX_CHARS = 4_000_000
 # A held call's row, written with its outcome's event; a repeat of that write (a batch written
 # again after a commit in doubt, a replay's event) changes nothing.
 _INSERT_HELD = """
@@ -219,17 +222,35 @@ class HeldOutcomes:
     writer calls `write` with every batch that holds `tool.completed` or `tool.failed`
     events, in the batch's transaction. Only for a first attempt: no earlier attempt can
     have left a row that a claim would have found.
+
+    Held calls stay in memory for the attempt (a later call with the same id is answered from
+    here), so an attempt holds at most `max_calls` calls and stops holding new ones once their
+    outputs add up to `max_chars`: later calls are claimed in the database first, as on any
+    other attempt.
     """
 
-    def __init__(self, tenant_id: str) -> None:
+    def __init__(
+        self, tenant_id: str, max_calls: int = HELD_MAX_CALLS, max_chars: int = HELD_MAX_CHARS
+    ) -> None:
         self.tenant_id = tenant_id
         self.entries: dict[str, LedgerEntry] = {}  # by tool call id
         self.started_at: dict[str, datetime] = {}
+        self.max_calls, self.max_chars = max_calls, max_chars
+        self.chars = 0  # of the outcomes held
+
+    def has_room(self) -> bool:
+        """Say whether one more call may be held."""
+        return len(self.entries) < self.max_calls and self.chars < self.max_chars
 
     def hold(self, entry: LedgerEntry) -> None:
         """Keep `entry` (started) for the outcome to come."""
         self.entries[entry.tool_call_id] = entry
         self.started_at[entry.tool_call_id] = datetime.now(UTC)
+
+    def record(self, entry: LedgerEntry, outcome: Outcome) -> None:
+        """Keep `outcome` with the held `entry`, to be written with its event."""
+        self.entries[entry.tool_call_id] = _with_outcome(entry, outcome)
+        self.chars += len(outcome.output or "") + len(outcome.error or "")
 
     async def write(self, cur: AsyncCursor[Any], tool_call_ids: Iterable[str]) -> None:
         """Insert the rows of those calls that have an outcome, in the caller's transaction."""
@@ -291,7 +312,7 @@ class PostgresToolLedger(ToolLedger):
             found = held.entries.get(entry.tool_call_id)
             if found is not None:
                 return _classify(found, entry.generation), found
-            if rerunnable and entry.tool_call_id not in self._claimed:
+            if rerunnable and entry.tool_call_id not in self._claimed and held.has_room():
                 held.hold(entry)
                 return Claim.NEW, entry
             self._claimed.add(entry.tool_call_id)
@@ -351,7 +372,7 @@ class PostgresToolLedger(ToolLedger):
         if held is not None and found is not None:
             if found.status != "started" or found.generation != generation:
                 return False
-            held.entries[tool_call_id] = _with_outcome(found, outcome)
+            held.record(found, outcome)
             return True
         async with self._pool.connection() as conn:
             cur = await conn.execute(

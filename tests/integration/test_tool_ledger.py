@@ -132,3 +132,25 @@ async def test_a_later_attempt_claims_every_call_first(pool: Pool) -> None:
     run_id = await new_run(pool)
     assert (await ledger.claim(entry(run_id, "c1", 2), rerunnable=True))[0] == Claim.NEW
     assert await _rows(pool, run_id) == {"c1": ("started", 0, None)}
+
+
+async def test_a_first_attempt_holds_calls_only_up_to_its_limits(pool: Pool) -> None:
+    held = HeldOutcomes("t1", max_calls=3, max_chars=10)
+    ledger = PostgresToolLedger(pool, "t1", held)
+    run_id = await new_run(pool)
+    assert (await ledger.claim(entry(run_id, "c1", 1), rerunnable=True))[0] == Claim.NEW
+    assert await ledger.record(
+        run_id, "c1", 1, status="completed", attempts=1, duration_ms=1, output="x" * 10
+    )
+    # The outputs held reached max_chars: the next call is claimed in the database.
+    assert (await ledger.claim(entry(run_id, "c2", 1), rerunnable=True))[0] == Claim.NEW
+    assert await _rows(pool, run_id) == {"c2": ("started", 0, None)}
+    assert list(held.entries) == ["c1"]
+
+    few = HeldOutcomes("t1", max_calls=1)
+    ledger = PostgresToolLedger(pool, "t1", few)
+    run_id = await new_run(pool)
+    await ledger.claim(entry(run_id, "c1", 1), rerunnable=True)
+    await ledger.claim(entry(run_id, "c2", 1), rerunnable=True)
+    assert list(few.entries) == ["c1"]
+    assert await _rows(pool, run_id) == {"c2": ("started", 0, None)}
