@@ -111,11 +111,19 @@ def _mentions(text: str, lowered: Collection[str]) -> bool:
 
 
 def render_output(value: Any) -> str:
-    """Turn a tool's return value into the text the model reads."""
+    """Turn a tool's return value into the text the model reads.
+
+    A NUL character (a binary file's, say) becomes U+FFFD: Postgres text and jsonb cannot
+    hold one, and the result is stored in the tool ledger and in the run's events.
+    """
+    return _render(value).replace("\x00", "\ufffd")
+
+
+def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, tuple) and len(value) == 2:  # (content, artifact) tools
-        return render_output(value[0])
+        return _render(value[0])
     if (
         isinstance(value, list)
         and value
@@ -126,7 +134,7 @@ def render_output(value: Any) -> str:
         return value.model_dump_json()
     content = getattr(value, "content", None)  # a ToolMessage
     if content is not None and not isinstance(value, Mapping):
-        return render_output(content)
+        return _render(content)
     return json.dumps(value, default=str, ensure_ascii=False)
 
 

@@ -1,4 +1,7 @@
-"""When a run's tool calls reach the ledger: claimed first, or written with their outcome."""
+"""When a run's tool calls reach the ledger: claimed first, or written with their outcome.
+
+And what is stored of an output Postgres could not hold as it is.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +40,17 @@ async def send() -> str:
     return "sent"
 
 
+@agent_tool
+async def binary() -> str:
+    """Read a file that holds a NUL character."""
+    return "a\x00b"
+
+
 SCRIPTS = {
+    "nul": [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(id="c_nul", name="binary")]),
+        ScriptedTurn(text="Read."),
+    ],
     "both": [
         ScriptedTurn(
             tool_calls=[
@@ -46,12 +59,12 @@ SCRIPTS = {
             ]
         ),
         ScriptedTurn(text="Done."),
-    ]
+    ],
 }
 
 
 def tools() -> list[ToolSpec]:
-    return [lookup, send]
+    return [lookup, send, binary]
 
 
 @pytest.fixture
@@ -110,3 +123,23 @@ async def test_a_call_safe_to_rerun_is_written_with_its_outcome_event(
     # One transaction stored the lookup's outcome event and its ledger row.
     assert lookup_row["xid"] == event_xid["c_lookup"]
     assert after["c_send"]["xid"] != event_xid["c_send"]
+
+
+async def test_an_output_with_a_nul_character_is_stored_with_its_event(
+    base: str, pool: Pool
+) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        conv = (await client.post("/api/conversations", json={})).json()
+        run = (
+            await client.post(
+                f"/api/conversations/{conv['conversationId']}/messages",
+                json={"content": "go", "model": "scripted:nul"},
+            )
+        ).json()
+        events = await read_sse(client, run["streamUrl"])
+    assert events[-1].event == "run.completed"
+    rows = await _ledger(pool, run["runId"])
+    # The NUL (which Postgres text and jsonb refuse) is stored as U+FFFD, in both places.
+    assert (rows["c_nul"]["status"], rows["c_nul"]["output"]) == ("completed", "a\ufffdb")
+    (done,) = [e for e in events if e.event == "tool.completed"]
+    assert done.data["data"]["output"] == "a\ufffdb"
