@@ -74,6 +74,15 @@ async def base(settings: Settings) -> AsyncIterator[str]:
         yield url
 
 
+async def _post(client: httpx.AsyncClient, script: str) -> dict[str, Any]:
+    conv = (await client.post("/api/conversations", json={})).json()
+    response = await client.post(
+        f"/api/conversations/{conv['conversationId']}/messages",
+        json={"content": "go", "model": f"scripted:{script}"},
+    )
+    return dict(response.json())
+
+
 async def _ledger(pool: Pool, run_id: str) -> dict[str, dict[str, Any]]:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -88,13 +97,7 @@ async def test_a_call_safe_to_rerun_is_written_with_its_outcome_event(
     base: str, pool: Pool
 ) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-        conv = (await client.post("/api/conversations", json={})).json()
-        run = (
-            await client.post(
-                f"/api/conversations/{conv['conversationId']}/messages",
-                json={"content": "go", "model": "scripted:both"},
-            )
-        ).json()
+        run = await _post(client, "both")
         async with asyncio.timeout(30):
             for running in RUNNING.values():
                 await running.wait()
@@ -129,13 +132,7 @@ async def test_an_output_with_a_nul_character_is_stored_with_its_event(
     base: str, pool: Pool
 ) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-        conv = (await client.post("/api/conversations", json={})).json()
-        run = (
-            await client.post(
-                f"/api/conversations/{conv['conversationId']}/messages",
-                json={"content": "go", "model": "scripted:nul"},
-            )
-        ).json()
+        run = await _post(client, "nul")
         events = await read_sse(client, run["streamUrl"])
     assert events[-1].event == "run.completed"
     rows = await _ledger(pool, run["runId"])
