@@ -76,7 +76,10 @@ def error_type_of(exc: BaseException) -> ErrorType:
 
 
 def describe(exc: BaseException) -> str:
-    """Return a one-line message for an exception, unwrapping exception groups."""
+    """Return a one-line message for an exception, unwrapping exception groups.
+
+    A NUL character becomes U+FFFD: the message is stored in Postgres, which refuses it.
+    """
     leaves = _walk(exc)
     parts = [str(leaf) or type(leaf).__name__ for leaf in leaves]
-    return "; ".join(dict.fromkeys(parts))
+    return "; ".join(dict.fromkeys(parts)).replace("\x00", "\ufffd")

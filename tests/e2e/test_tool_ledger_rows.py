@@ -46,9 +46,20 @@ async def binary() -> str:
     return "a\x00b"
 
 
+@agent_tool
+async def broken() -> str:
+    """Fail with a message that holds a NUL character."""
+    raise ValueError("bad byte \x00 here")
+
+
 SCRIPTS = {
     "nul": [
-        ScriptedTurn(tool_calls=[ScriptedToolCall(id="c_nul", name="binary")]),
+        ScriptedTurn(
+            tool_calls=[
+                ScriptedToolCall(id="c_nul", name="binary"),
+                ScriptedToolCall(id="c_broken", name="broken"),
+            ]
+        ),
         ScriptedTurn(text="Read."),
     ],
     "both": [
@@ -64,7 +75,7 @@ SCRIPTS = {
 
 
 def tools() -> list[ToolSpec]:
-    return [lookup, send, binary]
+    return [lookup, send, binary, broken]
 
 
 @pytest.fixture
@@ -140,3 +151,6 @@ async def test_an_output_with_a_nul_character_is_stored_with_its_event(
     assert (rows["c_nul"]["status"], rows["c_nul"]["output"]) == ("completed", "a\ufffdb")
     (done,) = [e for e in events if e.event == "tool.completed"]
     assert done.data["data"]["output"] == "a\ufffdb"
+    (failed,) = [e for e in events if e.event == "tool.failed"]
+    assert failed.data["data"]["error"] == "bad byte \ufffd here"
+    assert rows["c_broken"]["status"] == "failed"
