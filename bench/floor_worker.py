@@ -120,12 +120,12 @@ RENEW = (
     " WHERE owner = %s AND status = 'running'"
 )
 
-# The attempt the current task runs: (run id, generation).
-_writer: contextvars.ContextVar[AttemptWriter | None] = contextvars.ContextVar(
-    "floor_writer", default=None
-)
+# The attempt the current task runs: (run id, generation), and its event writer.
 _attempt: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "floor_attempt", default=None
+)
+_writer: contextvars.ContextVar[AttemptWriter | None] = contextvars.ContextVar(
+    "floor_writer", default=None
 )
 
 
