@@ -17,12 +17,15 @@ See docs/decisions/2023-json-text-by-orjson.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+# How JSON text writes a NUL character, which Postgres text and `jsonb` cannot hold. Text that
+# does not hold it holds no NUL; text that does may only hold an escaped backslash before "u0000".
+NUL_ESCAPE = "\\u0000"
 
 
 def dumps_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
@@ -36,3 +39,14 @@ def dumps_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> byte
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     """`value` as JSON text; `default` turns what JSON cannot hold into what it can."""
     return dumps_bytes(value, default).decode()
+
+
+def without_nul(value: Any) -> Any:
+    """`value` with every NUL character in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, Mapping):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value

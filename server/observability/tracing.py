@@ -252,28 +252,17 @@ _INSERT_MAX = 64
 
 def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
     """A span's row for COPY: NUL characters replaced, JSON columns as text."""
-    clean = _clean(row)
+    clean = jsontext.without_nul(row)
     return tuple(
         jsontext.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
         for c in _COLUMNS
     )
 
 
-def _clean(value: Any) -> Any:
-    """`value` with its NUL characters replaced: Postgres text and jsonb cannot hold one."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _no_nul(text: str) -> str:
     """JSON text with its escaped NUL characters replaced (jsonb refuses them)."""
-    if "\\u0000" in text:
-        text = jsontext.dumps(_clean(json.loads(text)))
+    if jsontext.NUL_ESCAPE in text:
+        text = jsontext.dumps(jsontext.without_nul(json.loads(text)))
     return text
 
 

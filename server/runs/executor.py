@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graphs.events import EventType
+from server import jsontext
 from server.db.checkpoint import LastCheckpoint
 from server.db.pool import Conn
 from server.domain import Run
@@ -230,7 +231,8 @@ async def _complete(
 ) -> bool:
     message_id = new_id("msg")
     # What is still queued goes in the transaction of `run.completed`, and shapes its output.
-    output = output_text((await writer.folded()).snapshot)
+    # Folded from events not all stored yet: a NUL character in them is replaced when they are.
+    output = jsontext.without_nul(output_text((await writer.folded()).snapshot))
 
     async def store_message(conn: Conn, head: RunHead) -> None:
         await conn.execute(

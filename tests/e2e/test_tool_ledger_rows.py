@@ -62,6 +62,8 @@ SCRIPTS = {
         ),
         ScriptedTurn(text="Read."),
     ],
+    # A model's answer holding a NUL character (streamed in pieces of 4 characters).
+    "nul_text": [ScriptedTurn(text="one\x00two \x00three", chunk_chars=4)],
     "both": [
         ScriptedTurn(
             tool_calls=[
@@ -154,3 +156,24 @@ async def test_an_output_with_a_nul_character_is_stored_with_its_event(
     (failed,) = [e for e in events if e.event == "tool.failed"]
     assert failed.data["data"]["error"] == "bad byte \ufffd here"
     assert rows["c_broken"]["status"] == "failed"
+
+
+async def test_a_model_answer_with_a_nul_character_is_stored_and_streamed_alike(
+    base: str, pool: Pool
+) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        run = await _post(client, "nul_text")
+        live = await read_sse(client, run["streamUrl"])
+        replayed = await read_sse(client, f"/api/runs/{run['runId']}/events?after=0")
+        snapshot = (await client.get(f"/api/runs/{run['runId']}/snapshot")).json()
+        conv = run["conversationId"]
+        history = (await client.get(f"/api/conversations/{conv}/messages")).json()
+    assert live[-1].event == "run.completed", live[-1].data
+    answer = "one\ufffdtwo \ufffdthree"
+    deltas = "".join(e.data["data"]["delta"] for e in live if e.event == "message.item.delta")
+    assert deltas == answer
+    assert live[-1].data["data"]["output"] == answer
+    # What a client reconnecting reads is what the live stream sent, event for event.
+    assert [(e.id, e.event, e.data) for e in replayed] == [(e.id, e.event, e.data) for e in live]
+    assert snapshot["items"][-1]["text"] == answer
+    assert history["messages"][-1]["content"] == answer
