@@ -21,7 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from bench.engine import Engine
+from bench.engine import THREAD_PREFIX, Engine
 from graphs.context import RunContext
 from server.db.pool import connection_kwargs
 from server.events.projection import STREAM_MODES
@@ -136,7 +136,7 @@ async def durable_run(eng: Engine, pool: Pool, deliver: Deliver | None = None) -
     `deliver` receives each batch after its commit: first the run's `run.created` alone,
     committed before the graph starts; the last batch holds the terminal event.
     """
-    run_id = new_id("floor")
+    run_id = new_id(THREAD_PREFIX)
     writer = Writer(pool, run_id, deliver)
     await writer.commit([CREATED])
     task = asyncio.create_task(writer.run())

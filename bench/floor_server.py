@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from bench.engine import engine
+from bench.engine import THREAD_PREFIX, engine
 from bench.floor_log import CREATED, TERMINAL, Pool, durable_run, event_pool
 from bench.floor_worker import EVENTS_CHANNEL, accept, create_schema
 from server import loops
@@ -143,7 +143,7 @@ def build_queued_app(database_url: str) -> Starlette:
             listener.cancel()
 
     def start(request: Request) -> AsyncIterator[bytes]:
-        return cast(AsyncIterator[bytes], request.app.state.relay.stream(new_id("floor")))
+        return cast(AsyncIterator[bytes], request.app.state.relay.stream(new_id(THREAD_PREFIX)))
 
     return _runs_app(lifespan, start)
 
