@@ -185,10 +185,18 @@ class AssistantBook:
         return (await self.get(assistant_id))[0]
 
     async def delete(self, assistant_id: str) -> None:
-        """Delete an assistant and its versions (runs that used it are kept)."""
+        """Delete an assistant, its versions and its crons (runs that used it are kept).
+
+        A cron of a deleted assistant could only fail at every due time: as in LangGraph's
+        server, the crons go with their assistant.
+        """
         async with self.pool.connection() as conn, conn.transaction():
             await self._locked(conn, assistant_id)
             await conn.execute("DELETE FROM lg_assistants WHERE assistant_id = %s", (assistant_id,))
+            await conn.execute(
+                "DELETE FROM lg_crons WHERE tenant_id = %s AND assistant_id = %s",
+                (self.who.tenant_id, assistant_id),
+            )
 
     async def versions(self, assistant_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         """List an assistant's versions, newest first (`metadata`, `limit`, `offset`)."""

@@ -244,3 +244,12 @@ async def mark_fired(pool: Pool, cron_id: str, due_at: datetime, run_id: str) ->
             "UPDATE lg_cron_firings SET run_id = %s WHERE cron_id = %s AND due_at = %s",
             (run_id, cron_id, due_at),
         )
+
+
+async def disable_cron(pool: Pool, cron_id: str) -> None:
+    """Stop a cron from firing again (its row and firings are kept, to be read or deleted)."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE lg_crons SET enabled = false, updated_at = now() WHERE cron_id = %s",
+            (cron_id,),
+        )

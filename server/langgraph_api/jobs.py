@@ -18,8 +18,9 @@ from langgraph.store.postgres import AsyncPostgresStore
 
 from server.auth import Principal
 from server.db.pool import Pool
+from server.errors import AssistantNotFoundError
 from server.events.notify import Notifier
-from server.langgraph_api.crons import claim_firing, mark_fired
+from server.langgraph_api.crons import claim_firing, disable_cron, mark_fired
 from server.langgraph_api.expiry import sweep_threads
 from server.langgraph_api.graphs import GraphRegistry
 from server.langgraph_api.runs import LangGraphRuns
@@ -107,6 +108,12 @@ class LangGraphJobs:
         body = {**cron["payload"], "metadata": {**cron["metadata"], "cron_id": cron["cron_id"]}}
         try:
             run = await self._runs(cron).create(cron["thread_id"], body)
+        except AssistantNotFoundError as exc:
+            # Deleted while the cron was being created or claimed: it would fail every time.
+            log.warning("cron %s: %s; the cron is disabled", cron["cron_id"], exc)
+            await mark_fired(self.pool, cron["cron_id"], due, f"error: {exc}"[:200])
+            await disable_cron(self.pool, cron["cron_id"])
+            return
         except Exception as exc:
             # Recorded as its run id so that the firing is not started again and again.
             log.exception("cron %s: its run could not be created", cron["cron_id"])

@@ -245,6 +245,55 @@ async def test_a_cron_on_an_assistant_created_through_the_api_runs_with_its_conf
     assert values["messages"][-1]["content"].startswith("as configured")
 
 
+async def test_deleting_an_assistant_deletes_its_crons(client: LangGraphClient) -> None:
+    assistant = await client.assistants.create("tool_agent")
+    other = await client.assistants.create("tool_agent")
+    yearly = {"schedule": "0 0 1 1 *", "input": ask("new year")}
+    gone_cron = await client.crons.create(assistant["assistant_id"], **yearly)
+    kept_cron = await client.crons.create(other["assistant_id"], **yearly)
+    await client.assistants.delete(assistant["assistant_id"])
+    listed = {c["cron_id"] for c in await client.crons.search(limit=1000)}
+    assert kept_cron["cron_id"] in listed
+    assert gone_cron["cron_id"] not in listed
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await client.crons.delete(gone_cron["cron_id"])
+    assert refused.value.response.status_code == 404
+
+
+async def test_a_cron_whose_assistant_is_gone_when_it_fires_is_disabled(
+    client: LangGraphClient, pool: Pool
+) -> None:
+    assistant = await client.assistants.create("tool_agent")
+    cron = await client.crons.create(
+        assistant["assistant_id"], schedule="* * * * * *", input=ask("tick")
+    )
+    # As if the assistant went between the cron's claim and its run's creation (the API's
+    # delete takes the crons with it).
+    async with pool.connection() as conn:
+        await conn.execute(
+            "DELETE FROM lg_assistants WHERE assistant_id = %s", (assistant["assistant_id"],)
+        )
+
+    async def state() -> tuple[bool, list[str]]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT c.enabled, array_remove(array_agg(f.run_id), NULL) AS fired"
+                " FROM lg_crons c LEFT JOIN lg_cron_firings f USING (cron_id)"
+                " WHERE c.cron_id = %s GROUP BY c.enabled",
+                (cron["cron_id"],),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return bool(row["enabled"]), list(row["fired"])
+
+    async def disabled() -> bool:
+        return not (await state())[0]
+
+    await until(disabled, "the cron disabled")
+    _, fired = await state()
+    assert len(fired) == 1 and fired[0].startswith("error:"), fired
+
+
 @pytest.mark.parametrize(
     ("end_time", "stored"),
     [
