@@ -136,7 +136,7 @@ class _Held:
     timer: asyncio.TimerHandle | None  # None: held for the run's end (`LastCheckpoint`)
     input: bool = False  # holds a run's input checkpoint
     # How many of the first statements are a deferred checkpoint (with what it carried),
-    # which an event append may take (`_lend`); the rest are the next step's task writes.
+    # which an event append may take (`lend`); the rest are the next step's task writes.
     lendable: int = 0
 
 
@@ -244,7 +244,7 @@ class LastCheckpoint:
         if self._held is None:
             return None
         saver, key = self._held
-        return saver._lend(key)
+        return saver.lend(key)
 
     async def settle(self) -> None:
         """Wait for an event append the held checkpoints were lent to, if one is under way.
@@ -253,8 +253,7 @@ class LastCheckpoint:
         """
         if self._held is not None:
             saver, key = self._held
-            if (lent := saver._storing.get(key)) is not None:
-                await asyncio.wait([lent])
+            await saver.stored(key)
 
     def take(self) -> Callable[[AsyncConnection[Any]], Awaitable[None]] | None:
         """The held checkpoint's write, for the transaction that records the run's end.
@@ -510,12 +509,19 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         """What is held for the checkpoint `config` puts: its parent's writes (and parent)."""
         if not self._holds(config) or get_checkpoint_id(config) is None:
             return ()
-        if storing := self._storing.get(_held_key(config)):
-            # Writes that waited too long, or were lent to an event append, are being stored:
-            # they go first, as LangGraph's would (a checkpoint may rely on them, a delta
-            # channel's for one). What a failed append gives back is held again meanwhile.
-            await asyncio.wait([storing])
+        # Writes that waited too long, or were lent to an event append, may be being stored:
+        # they go first, as LangGraph's would (a checkpoint may rely on them, a delta
+        # channel's for one). What a failed append gives back is held again meanwhile.
+        await self.stored(_held_key(config))
         return self._take(config)
+
+    async def stored(self, key: tuple[str, str, str]) -> None:
+        """Wait for a store under way of what was held under `key`, if one is.
+
+        Such a store is what waited past its hold, or what was lent to an event append.
+        """
+        if (storing := self._storing.get(key)) is not None:
+            await asyncio.wait([storing])
 
     async def aput_writes(
         self,
@@ -530,13 +536,8 @@ class HoldingPostgresSaver(InlinePostgresSaver):
         what was held for their checkpoint (lent to an event append, or past its hold), so
         they are never stored ahead of it; what a failed append gives back goes with them.
         """
-        if (
-            self._holds(config)
-            and get_checkpoint_id(config) is not None
-            and _go_at_once(writes)
-            and (storing := self._storing.get(_held_key(config))) is not None
-        ):
-            await asyncio.wait([storing])
+        if self._holds(config) and get_checkpoint_id(config) is not None and _go_at_once(writes):
+            await self.stored(_held_key(config))
         await super().aput_writes(config, writes, task_id, task_path)
 
     def _to_store(
@@ -585,7 +586,7 @@ class HoldingPostgresSaver(InlinePostgresSaver):
             held.timer.cancel()
         return held
 
-    def _lend(self, key: tuple[str, str, str]) -> Lead | None:
+    def lend(self, key: tuple[str, str, str]) -> Lead | None:
         """Lend what is held with a time limit for `key` to another transaction of the run.
 
         Until that transaction has ended, the next checkpoint waits for it, as for writes
