@@ -159,7 +159,7 @@ async def test_an_output_with_a_nul_character_is_stored_with_its_event(
 
 
 async def test_a_model_answer_with_a_nul_character_is_stored_and_streamed_alike(
-    base: str, pool: Pool
+    base: str,
 ) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
         run = await _post(client, "nul_text")
