@@ -110,6 +110,15 @@ def test_pdf_text_is_read_by_pypdf_and_chunks_remember_their_page() -> None:
     assert [c.page for c in chunks] == [1, 2]
 
 
+def test_a_nul_character_in_a_documents_text_is_replaced() -> None:
+    # Postgres text cannot hold one: the document's chunks could not be stored.
+    for media_type in ("text/plain", "text/markdown", "text/html"):
+        (block,) = parse(b"hello\x00world", media_type)
+        assert block.text == "hello\ufffdworld", media_type
+    (page,) = parse(pdf("Refunds\\000take ten days."), "application/pdf")
+    assert "\x00" not in page.text and page.text.startswith("Refunds"), page.text
+
+
 def test_unreadable_documents_are_refused_with_a_reason() -> None:
     with pytest.raises(InvalidDocumentError, match="PDF"):
         parse(b"%PDF-1.4 nothing", "application/pdf")
