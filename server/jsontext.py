@@ -26,6 +26,7 @@ _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 # How JSON text writes a NUL character, which Postgres text and `jsonb` cannot hold. Text that
 # does not hold it holds no NUL; text that does may only hold an escaped backslash before "u0000".
 NUL_ESCAPE = "\\u0000"
+_NUL_ESCAPE_BYTES = NUL_ESCAPE.encode()
 
 
 def dumps_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
@@ -34,6 +35,14 @@ def dumps_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> byte
         return orjson.dumps(value, default=default, option=_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one
         return json.dumps(value, default=default).encode()
+
+
+def stored_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """`dumps_bytes` for a `jsonb` value: its NUL characters, which `jsonb` refuses, as U+FFFD."""
+    text = dumps_bytes(value, default)
+    if _NUL_ESCAPE_BYTES in text:
+        text = dumps_bytes(without_nul(value), default)
+    return text
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:

@@ -75,9 +75,10 @@ async def configure_connection(conn: Conn) -> None:
     than they save, and lures the planner into scanning whole tables (a memory recall took a
     parallel scan of every stored memory, four times slower than its index scan).
     Before pgvector 0.8, or without pgvector, `hnsw.*` is an unused placeholder.
-    `Jsonb` and `Json` parameters are written by orjson (server/jsontext.py).
+    `Jsonb` and `Json` parameters are written by orjson (server/jsontext.py), a NUL character
+    in them as U+FFFD (`jsonb` refuses it).
     """
-    set_json_dumps(jsontext.dumps_bytes, conn)
+    set_json_dumps(jsontext.stored_bytes, conn)
     await conn.execute("SET max_parallel_workers_per_gather = 0")
     # A filtered HNSW search (one user's memories, one tenant's chunks) otherwise stops at the
     # index's first `ef_search` neighbours, most of them filtered out: too few results.

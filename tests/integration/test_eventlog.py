@@ -208,13 +208,17 @@ async def test_event_data_and_snapshot_text_are_stored_exactly(pool: Pool) -> No
         ({"big": 2**70, "n": -(2**64)}, {"big": 2**70, "n": -(2**64)}),
         ({1: "one", None: "none"}, {"1": "one", "null": "none"}),
         ({"score": float("nan"), "top": float("inf")}, {"score": None, "top": None}),
+        ({"text\x00": ["a\x00b"]}, {"text\ufffd": ["a\ufffdb"]}),
     ],
-    ids=["integers-beyond-64-bits", "keys-that-are-not-strings", "nan-and-infinity"],
+    ids=["integers-beyond-64-bits", "keys-that-are-not-strings", "nan-and-infinity", "nul"],
 )
 async def test_data_orjson_refuses_or_json_cannot_hold_is_stored(
     pool: Pool, data: dict[Any, Any], read_back: dict[str, Any]
 ) -> None:
-    """What `json.dumps` wrote is stored as before; NaN, which Postgres refused, as null."""
+    """What `json.dumps` wrote is stored as before; NaN, which Postgres refused, as null.
+
+    And a NUL character, which it refuses too, as U+FFFD.
+    """
     run_id = await new_run(pool)
     async with pool.connection() as conn:
         head, _ = await append_events(conn, run_id, [NewEvent("note", data)])
@@ -223,16 +227,22 @@ async def test_data_orjson_refuses_or_json_cannot_hold_is_stored(
 
 
 async def test_pooled_connections_write_jsonb_parameters_with_orjson(pool: Pool) -> None:
-    """A `Jsonb` holding NaN is stored as null, where `json.dumps`'s `NaN` was refused."""
+    """A `Jsonb` holding NaN is stored as null, where `json.dumps`'s `NaN` was refused.
+
+    One holding a NUL character, which `jsonb` refuses, holds U+FFFD in its place.
+    """
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT %s::jsonb AS v", (Jsonb({"x": float("nan"), "ü": [2**63 - 1]}),)
+            "SELECT %s::jsonb AS v, %s::jsonb AS w",
+            (Jsonb({"x": float("nan"), "ü": [2**63 - 1]}), Jsonb({"k\x00": "a\x00"})),
         )
         row = await cur.fetchone()
-    assert row == {"v": {"x": None, "ü": [2**63 - 1]}}
-    async with await psycopg.AsyncConnection.connect(pool.conninfo) as plain:
+    assert row == {"v": {"x": None, "ü": [2**63 - 1]}, "w": {"k\ufffd": "a\ufffd"}}
+    async with await psycopg.AsyncConnection.connect(pool.conninfo, autocommit=True) as plain:
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
             await plain.execute("SELECT %s::jsonb", (Jsonb({"x": float("nan")}),))
+        with pytest.raises(psycopg.errors.UntranslatableCharacter):
+            await plain.execute("SELECT %s::jsonb", (Jsonb({"x": "a\x00"}),))
 
 
 async def test_a_held_runs_snapshot_is_stored_once_no_worker_holds_it(pool: Pool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from server.jsontext import NUL_ESCAPE, dumps, dumps_bytes, without_nul
+from server.jsontext import NUL_ESCAPE, dumps, dumps_bytes, stored_bytes, without_nul
 
 
 class Kind(enum.StrEnum):
@@ -83,3 +83,11 @@ def test_a_nul_character_shows_in_the_text_and_is_replaced_everywhere() -> None:
     assert without_nul(value) == {"k\ufffd": ["a\ufffdb", ["\ufffd", 1]], "n": None}
     assert NUL_ESCAPE not in dumps(without_nul(value))
     assert NUL_ESCAPE not in dumps({"text": "no NUL here"})
+
+
+def test_stored_bytes_write_a_nul_character_as_u_fffd() -> None:
+    assert json.loads(stored_bytes({"k\x00": "a\x00b", "n": math.nan})) == {
+        "k\ufffd": "a\ufffdb",
+        "n": None,
+    }
+    assert stored_bytes({"a": "b"}) == dumps_bytes({"a": "b"})
