@@ -70,7 +70,7 @@ async def test_streaming_updates_of_the_run_row_are_hot(database_url: str, pool:
     assert updates == sum(min(n + 1, ACTIVE) for n in range(ROUNDS))
     # Each delta changes no indexed column, and the page keeps room for its new version (the
     # table's fillfactor): with the page full, it would go to another page and every index of
-    # `runs` would get an entry (17 of these 220 updates did, before the fillfactor).
+    # `runs` would get an entry.
     assert hot == updates, f"{updates - hot} of {updates} updates were not HOT"
 
 
