@@ -368,8 +368,7 @@ class PostgresToolLedger(ToolLedger):
         A held call's outcome is kept with it, and written with its event.
         """
         held = self._held
-        found = held.entries.get(tool_call_id) if held is not None else None
-        if held is not None and found is not None:
+        if held is not None and (found := held.entries.get(tool_call_id)) is not None:
             if found.status != "started" or found.generation != generation:
                 return False
             held.record(found, outcome)

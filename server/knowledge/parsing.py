@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from typing import Literal
 
 from server.errors import InvalidDocumentError
+from server.jsontext import without_nul
 
 MEDIA_TYPES = {
     "text/plain": "text",
@@ -75,7 +76,8 @@ def parse(content: bytes, media_type: str) -> list[Block]:
     if kind == "pdf":
         return parse_pdf(content)
     try:
-        text = _stored(content.decode("utf-8-sig"))
+        # A NUL character (Postgres text cannot hold one) is indexed as U+FFFD.
+        text: str = without_nul(content.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise InvalidDocumentError(
             f"the document is not UTF-8 text (byte {exc.start}); convert it to UTF-8"
@@ -85,14 +87,6 @@ def parse(content: bytes, media_type: str) -> list[Block]:
     if kind == "html":
         return parse_html(text)
     return parse_text(text)
-
-
-def _stored(text: str) -> str:
-    """`text` as Postgres can store it: a NUL character becomes U+FFFD.
-
-    A text file or a PDF's extracted text may hold one; events and tool outputs do the same.
-    """
-    return text.replace("\x00", "\ufffd")
 
 
 def _paragraphs(text: str, page: int | None = None) -> list[Block]:
@@ -214,7 +208,7 @@ def parse_pdf(content: bytes) -> list[Block]:
 
     try:
         reader = PdfReader(io.BytesIO(content))
-        pages = [_stored(page.extract_text() or "") for page in reader.pages]
+        pages: list[str] = [without_nul(page.extract_text() or "") for page in reader.pages]
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
         raise InvalidDocumentError(f"the PDF cannot be read: {exc}") from exc
     blocks: list[Block] = []

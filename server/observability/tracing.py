@@ -145,7 +145,7 @@ class SpanBatch:
         """
         async with conn.cursor() as cur:
             if self.rows and rows:
-                await cur.execute(_INSERT_SPANS, (_no_nul(jsontext.dumps(self.rows, default=str)),))
+                await cur.execute(_INSERT_SPANS, (jsontext.stored_bytes(self.rows, str).decode(),))
             if self.payloads:
                 await cur.executemany(
                     "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
