@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -38,7 +39,7 @@ from server.routes import skills as skills_routes
 from server.routes import tools as tools_routes
 from server.routes.errors import install_error_handlers
 from server.routes.guards import RequestGuard
-from server.routes.schemas import errors
+from server.routes.schemas import errors, errors_as_json
 from server.runs.memo import PostMemo
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
@@ -127,6 +128,11 @@ def create_app(
         lifespan=lifespan,
         responses=errors(500),
     )
+
+    def openapi() -> dict[str, Any]:
+        return app.openapi_schema or errors_as_json(FastAPI.openapi(app))
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.models = registry
     app.state.tools = tool_registry

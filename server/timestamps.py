@@ -1,8 +1,25 @@
-"""How the API and the events write a time: ISO 8601 with its UTC offset."""
+"""How the API and the events write a time (ISO 8601 with its UTC offset), and read one."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _iso_only(value: Any) -> Any:
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError(f"{value!r} is a number; send an ISO 8601 time, e.g. 2026-12-01T00:00:00Z")
+    return value
+
+
+IsoTime = Annotated[datetime, BeforeValidator(_iso_only)]
+"""A time in input, as ISO 8601 text (the schema's `date-time`), not as the Unix timestamp
+pydantic would also take."""
 
 
 def iso(value: datetime | None) -> str | None:

@@ -113,7 +113,7 @@ async def list_runs(
         if f.status is not None:
             page_where.append("status = %s")
             page_params.append(f.status.value)
-        if cursor is not None:
+        if cursor:  # an empty cursor is the first page, as none is
             cur = await conn.execute(
                 "SELECT created_at, id FROM runs WHERE id = %s AND tenant_id = %s",
                 (cursor, who.tenant_id),

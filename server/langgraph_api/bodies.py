@@ -11,10 +11,32 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from server.timestamps import IsoTime
+
 MAX_OFFSET = 1_000_000_000
 """The largest `offset` a listing accepts: past it there is nothing to page through."""
 
 Strings = list[str] | Literal["*"]
+
+StreamMode = Literal[
+    "values",
+    "updates",
+    "messages-tuple",
+    "messages",
+    "custom",
+    "debug",
+    "tasks",
+    "checkpoints",
+    "events",
+]
+"""The stream modes a run serves."""
+ThreadStreamMode = Literal["run_modes", "lifecycle"]
+"""The modes of a thread's stream: its runs' parts, or only when each run starts and ends."""
+
+LABEL_PATTERN = r"^[^.]+$"
+Label = Annotated[str, Field(json_schema_extra={"pattern": LABEL_PATTERN, "minLength": 1})]
+"""A namespace label of the store: not empty, no dots (the store joins them with dots).
+Checked by the store, whose message names the rule; the schema says it too."""
 
 MIN_TTL_MINUTES = 1 / 60
 """The shortest `ttl` accepted, one second: Postgres cannot hold a shorter interval's text."""
@@ -63,7 +85,7 @@ class RunCreate(Body):
     config: RunConfig | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    stream_mode: str | list[str] | None = None
+    stream_mode: StreamMode | list[StreamMode] | None = None
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
     interrupt_before: Strings | None = None
@@ -236,7 +258,7 @@ def _in_utc(value: datetime) -> datetime:
 
 
 # Stored as given, an offset Postgres refuses (beyond ±15:59) failed the write.
-UtcTime = Annotated[datetime, AfterValidator(_in_utc)]
+UtcTime = Annotated[IsoTime, AfterValidator(_in_utc)]
 
 
 class CronCreate(Body):
@@ -253,7 +275,7 @@ class CronCreate(Body):
     interrupt_after: Strings | None = None
     webhook: str | None = Field(None, max_length=2048)
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
-    stream_mode: str | list[str] | None = None
+    stream_mode: StreamMode | list[StreamMode] | None = None
     stream_subgraphs: bool | None = None
     durability: Literal["sync", "async", "exit"] | None = None
     end_time: UtcTime | None = None
@@ -290,7 +312,7 @@ def _once(paths: list[str]) -> list[str]:
 class StorePut(Body):
     """An item to store."""
 
-    namespace: list[str] = Field(min_length=1)
+    namespace: list[Label] = Field(min_length=1)
     key: str = Field(min_length=1, max_length=1000)
     value: dict[str, Any]
     # Field paths to embed, each once: the store inserts a vector row per path listed.
@@ -301,14 +323,14 @@ class StorePut(Body):
 class StoreDelete(Body):
     """An item to delete."""
 
-    namespace: list[str] = Field(min_length=1)
+    namespace: list[Label] = Field(min_length=1)
     key: str = Field(min_length=1, max_length=1000)
 
 
 class StoreSearch(Page):
     """Items to find under a namespace prefix, by filter and meaning."""
 
-    namespace_prefix: list[str] | None = None
+    namespace_prefix: list[Label] | None = None
     filter: dict[str, Any] | None = None
     query: str | None = Field(None, max_length=10_000)
     refresh_ttl: bool | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ class LangGraphService:
         run_id: str,
         *,
         last_event_id: str | None,
-        modes: list[str] | None = None,
+        modes: Sequence[str] | None = None,
         thread_id: str | None = None,
     ) -> AsyncIterator[str]:
         """Return the run's SSE: resumed after `last_event_id`, else from its start."""
@@ -108,7 +108,7 @@ class LangGraphService:
         )
 
     async def thread_stream(
-        self, thread_id: str, *, last_event_id: str | None, modes: list[str] | None
+        self, thread_id: str, *, last_event_id: str | None, modes: Sequence[str] | None
     ) -> AsyncIterator[str]:
         """Return the thread's SSE: its runs one after another, resumed after `last_event_id`."""
         cursor, parts = parse_cursor(last_event_id), thread_modes(modes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from server.db.pool import Pool
@@ -42,7 +42,7 @@ def parse_cursor(last_event_id: str | None) -> tuple[str, int | None] | None:
     return run_id, None if seq == "end" else int(seq)
 
 
-def thread_modes(requested: list[str] | None) -> bool:
+def thread_modes(requested: Sequence[str] | None) -> bool:
     """Say whether the run parts are wanted (`run_modes`) or only `lifecycle` frames.
 
     Raises:

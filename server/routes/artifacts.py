@@ -91,7 +91,10 @@ async def get_artifact(
     "/api/artifacts/{artifact_id}/content",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "The content."},
+        200: {
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The content, with the media type it was stored with.",
+        },
         206: {"description": "The byte range asked for."},
         **errors(404),
         **NOT_SATISFIABLE,

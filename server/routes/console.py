@@ -6,7 +6,6 @@ here serve what it would otherwise assemble from many requests.
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,6 +25,7 @@ from server.console.service import (
 from server.deps import PoolDep, PrincipalDep
 from server.domain import RunStatus
 from server.routes.schemas import COMMON_ERRORS, errors
+from server.timestamps import IsoTime
 
 STATIC = Path(__file__).resolve().parent.parent / "console" / "static"
 
@@ -52,8 +52,8 @@ async def get_console_runs(
     agent: Annotated[str | None, Query(max_length=200)] = None,
     user: Annotated[str | None, Query(max_length=200)] = None,
     model: Annotated[str | None, Query(max_length=200)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: IsoTime | None = None,
+    until: IsoTime | None = None,
     min_cost: Annotated[Decimal | None, Query(alias="minCost", ge=0, max_digits=20)] = None,
     flag: Literal["stuck", "dead_letter"] | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -89,8 +89,8 @@ async def get_console_usage(
     pool: PoolDep,
     who: PrincipalDep,
     by: Dimension = "day",
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: IsoTime | None = None,
+    until: IsoTime | None = None,
 ) -> dict[str, Any]:
     """Return cost, tokens, model calls and runs per day, model, user or agent profile.
 

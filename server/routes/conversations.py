@@ -32,7 +32,7 @@ from server.routes.schemas import (
 )
 from server.runs.conversations import create_conversation, get_conversation, list_messages
 from server.runs.idempotency import HEADER as IDEMPOTENCY_HEADER
-from server.runs.idempotency import idempotency_key
+from server.runs.idempotency import MAX_KEY_CHARS, idempotency_key
 from server.runs.pages import conversations_page, runs_page
 from server.runs.service import NewMessage
 from server.runs.views import conversation_view, message_view, run_view
@@ -178,6 +178,8 @@ async def post_message(
             description="A unique string of 1 to 255 printable ASCII characters (a UUID). A "
             "retry with the same key and body returns the first answer and creates nothing; "
             "with another body it is refused (422).",
+            # Checked by the route, whose 400 names the rule; the schema says it too.
+            json_schema_extra={"pattern": "^[ -~]*[!-~][ -~]*$", "maxLength": MAX_KEY_CHARS},
         ),
     ] = None,
 ) -> dict[str, Any] | EventStreamResponse:

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from psycopg import OperationalError
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from server.errors import AgentrtError
 from server.ids import new_id
@@ -88,10 +89,32 @@ def _parse_failure(cause: BaseException) -> str:
     return f"the request body could not be read as JSON ({type(cause).__name__})"
 
 
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods the request's path serves, from the OpenAPI document.
+
+    The framework's 405 names only the methods of the first route whose path matched, where
+    each method of a path is a route of its own. A path that two templates match (say
+    `/threads/{id}/state/checkpoint` and `/threads/{id}/state/{checkpoint_id}`) is the
+    resource of the one with fewer parameters.
+    """
+    found: tuple[int, set[str]] | None = None
+    for template, item in request.app.openapi().get("paths", {}).items():
+        if compile_path(template)[0].match(request.url.path):
+            params = template.count("{")
+            if found is None or params < found[0]:
+                found = (params, set())
+            if params == found[0]:
+                found[1].update(m.upper() for m in item if m in _METHODS)
+    return sorted(found[1]) if found else []
+
+
 def http_error_handler(max_body_bytes: int) -> Handler:
     """Return the handler of the framework's HTTP errors, which names the body size limit."""
 
-    async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and exc.__cause__ is not None:
             # FastAPI turns any failure to parse the body into a bare 400; say why.
             return error_response(400, "invalid_json", _parse_failure(exc.__cause__))
@@ -103,7 +126,11 @@ def http_error_handler(max_body_bytes: int) -> Handler:
                 "(AGENTRT_MAX_BODY_BYTES)",
             )
         code = HTTP_CODES.get(exc.status_code, "error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        response = error_response(exc.status_code, code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405 and (methods := allowed_methods(request)):
+            response.headers["Allow"] = ", ".join(methods)
+        return response
 
     return on_http
 

@@ -1,13 +1,15 @@
 r"""Input guards: text Postgres cannot store, oversized bodies, unbounded metadata.
 
 Postgres `text` and `jsonb` refuse NUL (U+0000) and UTF-8 cannot encode a lone surrogate
-(JSON allows both as `\u` escapes), so such input is refused at the edge with a 4xx rather
-than failing deep in a query.
+(JSON allows both as `\u` escapes). In a request body, both are taken as U+FFFD, as the
+runtime stores a NUL in a model's answer or a document; in a path or a query string, a NUL
+is refused with a 4xx at the edge.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -24,41 +26,30 @@ MAX_METADATA_DEPTH = 8
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
-def text_problem(text: str) -> str | None:
-    """Say why `text` cannot be stored, or None when it can."""
-    if "\x00" in text:
-        return "contains a NUL character (\\u0000)"
-    for ch in text:
-        if "\ud800" <= ch <= "\udfff":
-            return f"contains a lone surrogate (\\u{ord(ch):04x}); send valid UTF-16 pairs"
-    return None
+# Characters Postgres `text` and `jsonb` cannot hold (NUL) or UTF-8 cannot encode (a lone
+# surrogate, which JSON's `\u` escapes can still spell).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _find_bad_text(value: Any, where: str) -> str | None:
+def storable_text(text: str) -> str:
+    """`text` with each NUL character and lone surrogate replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _storable(value: Any) -> Any:
     if isinstance(value, str):
-        problem = text_problem(value)
-        return f"{where or 'body'} {problem}" if problem else None
+        return storable_text(value) if _UNSTORABLE.search(value) else value
     if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and (problem := text_problem(key)):
-                return f"a key in {where or 'body'} {problem}"
-            if found := _find_bad_text(item, f"{where}.{key}" if where else str(key)):
-                return found
+        return {
+            (storable_text(k) if isinstance(k, str) else k): _storable(v) for k, v in value.items()
+        }
     if isinstance(value, list):
-        for i, item in enumerate(value):
-            if found := _find_bad_text(item, f"{where}[{i}]"):
-                return found
-    return None
-
-
-def _reject_bad_text(value: Any) -> Any:
-    if found := _find_bad_text(value, ""):
-        raise ValueError(found)
+        return [_storable(item) for item in value]
     return value
 
 
-CleanText = BeforeValidator(_reject_bad_text)
-"""Annotate a body model with this to refuse NUL and lone surrogates anywhere inside it."""
+CleanText = BeforeValidator(_storable)
+"""Annotate a body model with this to store NUL characters and lone surrogates as U+FFFD."""
 
 
 def is_blank(text: str) -> bool:

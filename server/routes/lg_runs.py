@@ -7,14 +7,20 @@ the run's event log, during the run and after it (docs/langgraph.md).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
 from server.deps import LangGraphDep
-from server.langgraph_api.bodies import MAX_OFFSET, CancelMany, RunCreate
+from server.langgraph_api.bodies import (
+    MAX_OFFSET,
+    CancelMany,
+    RunCreate,
+    StreamMode,
+    ThreadStreamMode,
+)
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 
@@ -182,7 +188,8 @@ async def join_stream(
     lg: LangGraphDep,
     thread_id: str,
     run_id: str,
-    stream_mode: Annotated[list[str] | None, Query()] = None,
+    # The SDK sends `stream_mode=` (empty) for none.
+    stream_mode: Annotated[list[StreamMode | Literal[""]] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Stream the run from its start, or after `Last-Event-ID`, live until it ends."""
@@ -200,7 +207,7 @@ async def cancel(
     thread_id: str,
     run_id: str,
     wait: bool = False,
-    action: str = "interrupt",
+    action: Literal["interrupt", "rollback"] = "interrupt",
 ) -> Response:
     """Cancel the run (`action=rollback` also removes what it wrote to the thread)."""
     await (await lg.runs("update")).cancel(thread_id, run_id, wait=wait, action=action)
@@ -211,7 +218,7 @@ async def cancel(
 async def join_thread_stream(
     lg: LangGraphDep,
     thread_id: str,
-    stream_mode: Annotated[list[str] | None, Query()] = None,
+    stream_mode: Annotated[list[ThreadStreamMode] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Stream the thread's runs as they come (`run_done` after each), after `Last-Event-ID`."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from server.deps import LangGraphDep
 from server.langgraph_api.bodies import NamespaceQuery, StoreDelete, StorePut, StoreSearch
@@ -25,7 +25,16 @@ async def put_item(lg: LangGraphDep, sent: Annotated[StorePut, CleanText, Body()
 
 @router.get("/store/items")
 async def get_item(
-    lg: LangGraphDep, namespace: str, key: str, refresh_ttl: bool | None = None
+    lg: LangGraphDep,
+    namespace: Annotated[
+        str,
+        Query(
+            description="The labels joined with dots.",
+            json_schema_extra={"pattern": r"^[^.]+(\.[^.]+)*$"},
+        ),
+    ],
+    key: str,
+    refresh_ttl: bool | None = None,
 ) -> dict[str, Any]:
     """Return an item; `namespace` is dot-joined; `refresh_ttl` (default true) renews its ttl."""
     value = {"namespace": namespace.split("."), "key": key}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Response
 
@@ -71,7 +71,9 @@ async def prune(lg: LangGraphDep, sent: Annotated[Prune, CleanText, Body()]) -> 
 
 @router.get("/threads/{thread_id}")
 async def get(
-    lg: LangGraphDep, thread_id: str, include: Annotated[list[str] | None, Query()] = None
+    lg: LangGraphDep,
+    thread_id: str,
+    include: Annotated[list[Literal["ttl"]] | None, Query()] = None,
 ) -> dict[str, Any]:
     """Return a thread with its status, values and pending interrupts (and `ttl` if asked)."""
     keeper = await lg.threads("read")

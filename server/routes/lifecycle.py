@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -17,6 +16,7 @@ from server.lifecycle.erasure import erase_conversation, erase_user
 from server.lifecycle.export import export_lines, open_export
 from server.lifecycle.policy import get_retention, set_retention
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
+from server.timestamps import IsoTime
 
 router = APIRouter(tags=["lifecycle"], responses=COMMON_ERRORS)
 
@@ -44,8 +44,8 @@ async def get_audit(
     actor: str | None = Query(None, max_length=200),
     action: str | None = Query(None, max_length=100, description="e.g. key.revoked, or key"),
     target: str | None = Query(None, max_length=300),
-    since: Annotated[datetime | None, Query(description="ISO 8601, inclusive.")] = None,
-    until: Annotated[datetime | None, Query(description="ISO 8601, exclusive.")] = None,
+    since: Annotated[IsoTime | None, Query(description="ISO 8601, inclusive.")] = None,
+    until: Annotated[IsoTime | None, Query(description="ISO 8601, exclusive.")] = None,
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None, pattern=r"^[0-9]{1,18}$", description="`nextCursor`."),
 ) -> dict[str, Any]:

@@ -55,6 +55,21 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": _STATUS_TEXT[s]} for s in statuses}
 
 
+def errors_as_json(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Document every error body as `application/json`, the type every error is sent as.
+
+    FastAPI files a declared response's model under the route's own media type, so the
+    errors of a stream or a file route would read as `text/event-stream` or `text/plain`.
+    """
+    for operations in openapi.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if status[:1] in "45" and content and "application/json" not in content:
+                    response["content"] = {"application/json": next(iter(content.values()))}
+    return openapi
+
+
 # Every authenticated route: bad key, bad query or path parameter, unexpected fault.
 COMMON_ERRORS = errors(401, 422, 500, 503)
 # Routes that take a JSON body.

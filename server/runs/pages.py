@@ -26,7 +26,7 @@ async def _page(
     # `table` and `where` are constants of this module, never caller input.
     async with pool.connection() as conn:
         after = ""
-        if cursor is not None:
+        if cursor:  # an empty cursor is the first page, as none is
             cur = await conn.execute(
                 f"SELECT created_at, id FROM {table} WHERE id = %s AND {where}",
                 (cursor, *params),

@@ -1,7 +1,8 @@
 """Hostile input over real HTTP: NUL, lone surrogates, oversized bodies, odd JSON.
 
-Every refusal is a 4xx JSON error that names the problem, and stores nothing; a fault no
-handler expects still answers JSON.
+Text Postgres cannot store is kept with U+FFFD in its place. Every refusal is a 4xx JSON
+error that names the problem, and stores nothing; a fault no handler expects still answers
+JSON.
 """
 
 from __future__ import annotations
@@ -98,37 +99,55 @@ NUL, SURROGATE = "\\u0000", "\\ud800"
 
 @pytest.mark.parametrize("bad", [NUL, SURROGATE])
 @pytest.mark.parametrize(
-    ("path", "template"),
+    ("path", "template", "stored"),
     [
-        ("conv", '{"title": "a%sb"}'),
-        ("conv", '{"model": "demo%s"}'),
-        ("conv", '{"metadata": {"k": ["ok", "v%s"]}}'),
-        ("conv", '{"metadata": {"k%s": 1}}'),
-        ("message", '{"content": "hi %s there"}'),
-        ("message", '{"content": "hi", "model": "demo%s"}'),
-        ("message", '{"content": "hi", "options": {"tools": ["x%s"]}}'),
-        ("tools", '{"allow": ["calculator%s"]}'),
+        ("conv", '{"title": "a%sb"}', ("title", "a\ufffdb")),
+        ("conv", '{"metadata": {"k": ["ok", "v%s"]}}', ("metadata", {"k": ["ok", "v\ufffd"]})),
+        ("conv", '{"metadata": {"k%s": 1}}', ("metadata", {"k\ufffd": 1})),
+        ("message", '{"content": "hi %s there"}', ("content", "hi \ufffd there")),
     ],
 )
-async def test_nul_and_lone_surrogates_in_bodies_are_422_and_store_nothing(
-    client: httpx.AsyncClient, pool: Pool, bad: str, path: str, template: str
+async def test_nul_and_lone_surrogates_in_bodies_are_stored_as_replacement_characters(
+    client: httpx.AsyncClient, bad: str, path: str, template: str, stored: tuple[str, Any]
 ) -> None:
     conv = await a_conversation(client)
-    method, url = {
-        "conv": ("POST", "/api/conversations"),
-        "message": ("POST", f"/api/conversations/{conv}/messages"),
-        "tools": ("PUT", "/api/tools/config"),
-    }[path]
+    url = "/api/conversations" if path == "conv" else f"/api/conversations/{conv}/messages"
+    response = await client.post(
+        url, content=(template % bad).encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code < 300, response.text
+    field, value = stored
+    if path == "conv":
+        read = await client.get(f"/api/conversations/{response.json()['conversationId']}")
+        assert read.json()[field] == value
+    else:
+        run = response.json()
+        await read_sse(client, run["streamUrl"])
+        messages = (await client.get(f"/api/conversations/{conv}/messages")).json()["messages"]
+        assert messages[0][field] == value, messages
+
+
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        ("conv", '{"model": "demo%s"}'),
+        ("message", '{"content": "hi", "model": "demo%s"}'),
+    ],
+)
+async def test_a_name_with_a_nul_names_nothing_and_stores_nothing(
+    client: httpx.AsyncClient, pool: Pool, path: str, template: str
+) -> None:
+    conv = await a_conversation(client)
+    url = "/api/conversations" if path == "conv" else f"/api/conversations/{conv}/messages"
     before = await counts(pool)
-    response = await client.request(
-        method,
+    response = await client.post(
         url,
-        content=(template % bad).encode(),
+        content=(template % NUL).encode(),
         headers={"content-type": "application/json"},
     )
-    error = error_of(response, 422)
-    assert error["code"] == "invalid_request"
-    assert ("NUL" if bad == NUL else "lone surrogate") in error["message"]
+    assert 400 <= response.status_code < 500, response.text
+    error = error_of(response, response.status_code)
+    assert "\ufffd" in error["message"], error
     assert await counts(pool) == before
 
 
@@ -289,4 +308,56 @@ async def test_odd_messages_get_the_right_code_and_message(
     error = error_of(response, status)
     assert error["code"] == code
     assert words in error["message"]
+    assert await counts(pool) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("TRACE", "/api/conversations", "GET, POST"),
+        ("OPTIONS", "/api/agents/helper", "DELETE, GET, PUT"),
+        ("PUT", "/api/runs/run_1/events", "GET"),
+        # Also the path of a GET's template (`/threads/{id}/state/{checkpoint_id}`): the
+        # route with the fewest parameters is the resource.
+        ("OPTIONS", "/threads/t1/state/checkpoint", "POST"),
+    ],
+)
+async def test_a_method_a_path_does_not_serve_is_405_with_every_method_it_does(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await client.request(method, path)
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed"
+    assert response.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("value", ["0.5", "1700000000", "-3e2"])
+async def test_a_time_given_as_a_number_is_refused(client: httpx.AsyncClient, value: str) -> None:
+    error = error_of(await client.get(f"/api/console/usage?until={value}"), 422)
+    assert "ISO 8601" in error["message"]
+    cron = {"assistant_id": "agent", "schedule": "0 0 1 1 *", "end_time": 1700000000}
+    error = error_of(await client.post("/runs/crons", json=cron), 422)
+    assert "ISO 8601" in error["message"]
+
+
+@pytest.mark.parametrize("path", ["/api/conversations", "/api/runs", "/api/console/runs"])
+async def test_an_empty_cursor_is_the_first_page(client: httpx.AsyncClient, path: str) -> None:
+    await a_conversation(client)
+    first = await client.get(path)
+    assert first.status_code == 200, first.text
+    empty = await client.get(f"{path}?cursor=")
+    assert empty.status_code == 200, empty.text
+    key = "conversations" if path == "/api/conversations" else "runs"
+    assert empty.json()[key] == first.json()[key]
+
+
+async def test_a_langgraph_stream_mode_not_served_is_refused_before_the_run(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    before = await counts(pool)
+    ask = {"assistant_id": "agent", "input": {}, "stream_mode": ["values", "bogus"]}
+    error = error_of(await client.post("/runs", json=ask), 422)
+    assert "stream_mode" in error["message"] and "'values'" in error["message"]
+    error = error_of(await client.get("/threads/t1/stream?stream_mode=bogus"), 422)
+    assert "run_modes" in error["message"]
     assert await counts(pool) == before

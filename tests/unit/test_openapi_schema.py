@@ -1,10 +1,13 @@
-"""The OpenAPI schema builds, and documents both answers of the routes that can stream."""
+"""The OpenAPI schema builds, documents both answers of the routes that can stream, every
+error as the JSON it is sent as, and the rules the routes check beyond the types."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from server.app import create_app
+from server.langgraph_api.parts import API_MODES
+from server.runs.idempotency import MAX_KEY_CHARS
 from server.settings import Settings
 
 
@@ -19,3 +22,32 @@ def test_the_schema_documents_a_json_record_or_an_event_stream_for_a_posted_mess
     assert any(p["name"] == "stream" for p in post["parameters"])
     events = paths["/api/runs/{run_id}/events"]["get"]
     assert list(events["responses"]["200"]["content"]) == ["text/event-stream"]
+
+
+def test_every_error_is_documented_as_json_as_it_is_sent(tmp_path: Path) -> None:
+    app = create_app(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]
+    paths = app.openapi()["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if status[0] in "45" and "content" in response:
+                    assert list(response["content"]) == ["application/json"], (method, path)
+    # A stream's and a file's own answers keep their media types.
+    assert "404" in paths["/api/runs/{run_id}/events"]["get"]["responses"]
+    content = paths["/api/artifacts/{artifact_id}/content"]["get"]["responses"]["200"]["content"]
+    assert list(content) == ["*/*"]
+
+
+def test_the_schema_says_what_the_langgraph_routes_check(tmp_path: Path) -> None:
+    app = create_app(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]
+    spec = app.openapi()
+    schemas = spec["components"]["schemas"]
+    assert schemas["StorePut"]["properties"]["namespace"]["items"]["pattern"] == "^[^.]+$"
+    get_item = spec["paths"]["/store/items"]["get"]["parameters"]
+    (namespace,) = [p for p in get_item if p["name"] == "namespace"]
+    assert namespace["schema"]["pattern"] == r"^[^.]+(\.[^.]+)*$"
+    modes = schemas["RunCreate"]["properties"]["stream_mode"]["anyOf"][0]["enum"]
+    assert set(modes) == set(API_MODES)
+    post = spec["paths"]["/api/conversations/{conversation_id}/messages"]["post"]
+    (key,) = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]
+    assert key["schema"]["maxLength"] == MAX_KEY_CHARS
