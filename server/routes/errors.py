@@ -69,9 +69,21 @@ async def on_agentrt_error(request: Request, exc: AgentrtError) -> JSONResponse:
     return answer(exc)
 
 
-async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     """Answer a request that failed validation, naming every bad field."""
     errors = exc.errors()
+    if errors and all(e.get("loc", ("",))[0] == "path" for e in errors):
+        # A path another route names literally (`/documents/from-url` against
+        # `/documents/{document_id}`): that resource, which this method is not.
+        methods = allowed_methods(request)
+        if methods and request.method not in methods:
+            response = error_response(
+                405,
+                "method_not_allowed",
+                f"{request.method} is not served at {request.url.path}; use {', '.join(methods)}",
+            )
+            response.headers["Allow"] = ", ".join(methods)
+            return response
     if any(e.get("type") == "json_invalid" for e in errors):
         detail = errors[0].get("ctx", {}).get("error", "")
         return error_response(400, "invalid_json", f"the request body is not valid JSON ({detail})")

@@ -36,16 +36,29 @@ def storable_text(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def _storable(value: Any) -> Any:
+def _unstorable(value: Any) -> bool:
     if isinstance(value, str):
-        return storable_text(value) if _UNSTORABLE.search(value) else value
+        return _UNSTORABLE.search(value) is not None
     if isinstance(value, dict):
-        return {
-            (storable_text(k) if isinstance(k, str) else k): _storable(v) for k, v in value.items()
-        }
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
     if isinstance(value, list):
-        return [_storable(item) for item in value]
+        return any(_unstorable(item) for item in value)
+    return False
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {_cleaned(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
     return value
+
+
+def _storable(value: Any) -> Any:
+    # Looked for first: a body without any (nearly all) is passed on as it came.
+    return _cleaned(value) if _unstorable(value) else value
 
 
 CleanText = BeforeValidator(_storable)

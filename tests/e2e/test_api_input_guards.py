@@ -361,3 +361,15 @@ async def test_a_langgraph_stream_mode_not_served_is_refused_before_the_run(
     error = error_of(await client.get("/threads/t1/stream?stream_mode=bogus"), 422)
     assert "run_modes" in error["message"]
     assert await counts(pool) == before
+
+
+async def test_a_path_another_route_names_literally_is_that_resource(
+    client: httpx.AsyncClient,
+) -> None:
+    # `from-url` also fills `{document_id}` of the documents' GET, whose pattern it fails.
+    response = await client.get("/api/knowledge-bases/kb_1/documents/from-url")
+    error = error_of(response, 405)
+    assert response.headers["allow"] == "POST"
+    assert "POST" in error["message"]
+    # An id of the wrong form where no other route names the path stays a 422.
+    error_of(await client.get("/api/knowledge-bases/kb_1/documents/nope"), 422)
