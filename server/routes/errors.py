@@ -72,7 +72,7 @@ async def on_agentrt_error(request: Request, exc: AgentrtError) -> JSONResponse:
 async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     """Answer a request that failed validation, naming every bad field."""
     errors = exc.errors()
-    if errors and all(e.get("loc", ("",))[0] == "path" for e in errors):
+    if errors and all((e.get("loc") or ("",))[0] == "path" for e in errors):
         # A path another route names literally (`/documents/from-url` against
         # `/documents/{document_id}`): that resource, which this method is not.
         methods = allowed_methods(request)
