@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -20,6 +20,8 @@ def _iso_only(value: Any) -> Any:
 IsoTime = Annotated[datetime, BeforeValidator(_iso_only)]
 """A time in input, as ISO 8601 text (the schema's `date-time`), not as the Unix timestamp
 pydantic would also take."""
+IsoDate = Annotated[date, BeforeValidator(_iso_only)]
+"""A day in input, as ISO 8601 text (`2026-12-01`), not as a Unix timestamp."""
 
 
 def iso(value: datetime | None) -> str | None:

@@ -11,6 +11,7 @@ from server.deps import ModelsDep, PoolDep, PrincipalDep, SettingsDep, SubagentD
 from server.errors import ForbiddenError, InvalidRequestError
 from server.routes.schemas import COMMON_ERRORS, Circuits, ModelsView, RunUsage, UsageReport, errors
 from server.runs.records import get_run
+from server.timestamps import IsoDate
 from server.usage.budgets import run_budget
 from server.usage.ledger import GroupBy, daily_usage, run_calls
 
@@ -44,8 +45,8 @@ async def get_run_usage(
 async def get_usage(
     pool: PoolDep,
     who: PrincipalDep,
-    start: Annotated[date | None, Query(alias="from", description="First UTC day.")] = None,
-    end: Annotated[date | None, Query(alias="to", description="Last UTC day, included.")] = None,
+    start: Annotated[IsoDate | None, Query(alias="from", description="First UTC day.")] = None,
+    end: Annotated[IsoDate | None, Query(alias="to", description="Last UTC day, included.")] = None,
     group_by: Annotated[GroupBy, Query(alias="groupBy")] = "tenant",
     user_id: Annotated[str | None, Query(alias="userId")] = None,
 ) -> dict[str, Any]:

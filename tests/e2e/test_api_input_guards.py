@@ -335,6 +335,8 @@ async def test_a_method_a_path_does_not_serve_is_405_with_every_method_it_does(
 async def test_a_time_given_as_a_number_is_refused(client: httpx.AsyncClient, value: str) -> None:
     error = error_of(await client.get(f"/api/console/usage?until={value}"), 422)
     assert "ISO 8601" in error["message"]
+    error = error_of(await client.get(f"/api/usage?to={value}"), 422)
+    assert "ISO 8601" in error["message"]
     cron = {"assistant_id": "agent", "schedule": "0 0 1 1 *", "end_time": 1700000000}
     error = error_of(await client.post("/runs/crons", json=cron), 422)
     assert "ISO 8601" in error["message"]
