@@ -13,7 +13,7 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 def _iso_only(value: Any) -> Any:
     if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
-        raise ValueError(f"{value!r} is a number; send an ISO 8601 time, e.g. 2026-12-01T00:00:00Z")
+        raise ValueError(f"{value!r} is a number; send ISO 8601: 2026-12-01, 2026-12-01T08:00Z")
     return value
 
 
