@@ -17,6 +17,7 @@ See docs/decisions/2023-json-text-by-orjson.md.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,7 +42,7 @@ def stored_bytes(value: Any, default: Callable[[Any], Any] | None = None) -> byt
     """`dumps_bytes` for a `jsonb` value: its NUL characters, which `jsonb` refuses, as U+FFFD."""
     text = dumps_bytes(value, default)
     if _NUL_ESCAPE_BYTES in text:
-        text = dumps_bytes(without_nul(value), default)
+        text = dumps_bytes(storable(value), default)
     return text
 
 
@@ -50,12 +51,17 @@ def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     return dumps_bytes(value, default).decode()
 
 
-def without_nul(value: Any) -> Any:
-    """`value` with every NUL character in its strings (keys too) replaced by U+FFFD."""
+# Characters Postgres `text` and `jsonb` cannot hold (NUL) or UTF-8 cannot encode (a lone
+# surrogate, which JSON's `\u` escapes can still spell).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """`value` with every NUL character and lone surrogate in its strings (keys too) as U+FFFD."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, Mapping):
-        return {without_nul(k): without_nul(v) for k, v in value.items()}
+        return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [without_nul(v) for v in value]
+        return [storable(v) for v in value]
     return value

@@ -314,7 +314,7 @@ async def _append(
     if any(jsontext.NUL_ESCAPE in data for data in params["datas"]):
         # Postgres text and jsonb cannot hold a NUL character (a model's or a tool's text may):
         # the batch is stored, folded and streamed with U+FFFD in its place.
-        events = [NewEvent(e.type, jsontext.without_nul(e.data)) for e in events]
+        events = [NewEvent(e.type, jsontext.storable(e.data)) for e in events]
         new, stored = fold_events(head, events, now)
         params = _params(head, new, stored, generation, now)
     if params["snapshot"] is not None:

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 from typing import Literal
 
 from server.errors import InvalidDocumentError
-from server.jsontext import without_nul
+from server.jsontext import storable
 
 MEDIA_TYPES = {
     "text/plain": "text",
@@ -77,7 +77,7 @@ def parse(content: bytes, media_type: str) -> list[Block]:
         return parse_pdf(content)
     try:
         # A NUL character (Postgres text cannot hold one) is indexed as U+FFFD.
-        text: str = without_nul(content.decode("utf-8-sig"))
+        text: str = storable(content.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise InvalidDocumentError(
             f"the document is not UTF-8 text (byte {exc.start}); convert it to UTF-8"
@@ -208,7 +208,7 @@ def parse_pdf(content: bytes) -> list[Block]:
 
     try:
         reader = PdfReader(io.BytesIO(content))
-        pages: list[str] = [without_nul(page.extract_text() or "") for page in reader.pages]
+        pages: list[str] = [storable(page.extract_text() or "") for page in reader.pages]
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
         raise InvalidDocumentError(f"the PDF cannot be read: {exc}") from exc
     blocks: list[Block] = []

@@ -252,7 +252,7 @@ _INSERT_MAX = 64
 
 def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
     """A span's row for COPY: NUL characters replaced, JSON columns as text."""
-    clean = jsontext.without_nul(row)
+    clean = jsontext.storable(row)
     return tuple(
         jsontext.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
         for c in _COLUMNS
@@ -262,7 +262,7 @@ def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
 def _no_nul(text: str) -> str:
     """JSON text with its escaped NUL characters replaced (jsonb refuses them)."""
     if jsontext.NUL_ESCAPE in text:
-        text = jsontext.dumps(jsontext.without_nul(json.loads(text)))
+        text = jsontext.dumps(jsontext.storable(json.loads(text)))
     return text
 
 

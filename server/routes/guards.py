@@ -9,7 +9,6 @@ is refused with a 4xx at the edge.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -19,6 +18,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server import jsontext
 from server.errors import AgentrtError, InvalidRequestError, NotFoundError, TooLargeError
 from server.routes.errors import answer
 
@@ -26,19 +26,9 @@ MAX_METADATA_DEPTH = 8
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
-# Characters Postgres `text` and `jsonb` cannot hold (NUL) or UTF-8 cannot encode (a lone
-# surrogate, which JSON's `\u` escapes can still spell).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable_text(text: str) -> str:
-    """`text` with each NUL character and lone surrogate replaced by U+FFFD."""
-    return _UNSTORABLE.sub("\ufffd", text)
-
-
 def _unstorable(value: Any) -> bool:
     if isinstance(value, str):
-        return _UNSTORABLE.search(value) is not None
+        return jsontext.UNSTORABLE.search(value) is not None
     if isinstance(value, dict):
         return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
     if isinstance(value, list):
@@ -46,19 +36,9 @@ def _unstorable(value: Any) -> bool:
     return False
 
 
-def _cleaned(value: Any) -> Any:
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, dict):
-        return {_cleaned(k): _cleaned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cleaned(item) for item in value]
-    return value
-
-
 def _storable(value: Any) -> Any:
     # Looked for first: a body without any (nearly all) is passed on as it came.
-    return _cleaned(value) if _unstorable(value) else value
+    return jsontext.storable(value) if _unstorable(value) else value
 
 
 CleanText = BeforeValidator(_storable)

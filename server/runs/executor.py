@@ -232,7 +232,7 @@ async def _complete(
     message_id = new_id("msg")
     # What is still queued goes in the transaction of `run.completed`, and shapes its output.
     # Folded from events not all stored yet: a NUL character in them is replaced when they are.
-    output = jsontext.without_nul(output_text((await writer.folded()).snapshot))
+    output = jsontext.storable(output_text((await writer.folded()).snapshot))
 
     async def store_message(conn: Conn, head: RunHead) -> None:
         await conn.execute(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from server.jsontext import NUL_ESCAPE, dumps, dumps_bytes, stored_bytes, without_nul
+from server.jsontext import NUL_ESCAPE, dumps, dumps_bytes, storable, stored_bytes
 
 
 class Kind(enum.StrEnum):
@@ -80,8 +80,8 @@ def test_what_neither_can_write_raises_type_error() -> None:
 def test_a_nul_character_shows_in_the_text_and_is_replaced_everywhere() -> None:
     value = {"k\x00": ["a\x00b", ("\x00", 1)], "n": None}
     assert NUL_ESCAPE in dumps(value)
-    assert without_nul(value) == {"k\ufffd": ["a\ufffdb", ["\ufffd", 1]], "n": None}
-    assert NUL_ESCAPE not in dumps(without_nul(value))
+    assert storable(value) == {"k\ufffd": ["a\ufffdb", ["\ufffd", 1]], "n": None}
+    assert NUL_ESCAPE not in dumps(storable(value))
     assert NUL_ESCAPE not in dumps({"text": "no NUL here"})
 
 
