@@ -7,9 +7,11 @@ tenant's part through `PUT /api/tools/config`. See docs/tools.md for the fields.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tools.jsontypes import JsonBool, JsonFloat, NotTextOrFlag
 
 # Defined here, not in tools.spec, so that settings load without importing langchain.
 Risk = Literal["low", "medium", "high"]
@@ -25,13 +27,13 @@ class ToolOverride(_Model):
     risk: Risk | None = None
     approval: Literal["risk", "always", "never"] = "risk"
     permissions: list[str] | None = None
-    timeout_s: float | None = Field(default=None, gt=0)
-    max_attempts: int | None = Field(default=None, ge=1, le=10)
-    idempotent: bool | None = None
-    dedupes: bool | None = None
+    timeout_s: JsonFloat | None = Field(default=None, gt=0)
+    max_attempts: Annotated[int, Field(ge=1, le=10), NotTextOrFlag] | None = None
+    idempotent: JsonBool | None = None
+    dedupes: JsonBool | None = None
     redact: list[str] | None = None
-    max_output_chars: int | None = Field(default=None, ge=100)
-    approval_timeout_s: float | None = Field(default=None, gt=0)
+    max_output_chars: Annotated[int, Field(ge=100), NotTextOrFlag] | None = None
+    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0)
 
 
 class McpServerConfig(_Model):
@@ -44,11 +46,11 @@ class McpServerConfig(_Model):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] | None = None
-    prefix: bool = False
+    prefix: JsonBool = False
     risk: Risk = "medium"
     permissions: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=30.0, gt=0)
-    discovery_timeout_s: float = Field(default=15.0, gt=0)
+    timeout_s: JsonFloat = Field(default=30.0, gt=0)
+    discovery_timeout_s: JsonFloat = Field(default=15.0, gt=0)
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
 
     def connection(self) -> dict[str, Any]:
@@ -94,8 +96,8 @@ class TenantToolConfig(_Model):
     redact: list[str] | None = None
     tools: dict[str, ToolOverride] | None = None
     mcp_servers: dict[str, McpServerConfig] | None = None
-    max_parallel_tools: int | None = Field(default=None, ge=1, le=64)
-    approval_timeout_s: float | None = Field(default=None, gt=0)
+    max_parallel_tools: Annotated[int, Field(ge=1, le=64), NotTextOrFlag] | None = None
+    approval_timeout_s: JsonFloat | None = Field(default=None, gt=0)
 
     def overlay(self, other: TenantToolConfig | None) -> TenantToolConfig:
         """Return this config with every field that `other` sets replaced by `other`'s."""

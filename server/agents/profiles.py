@@ -19,6 +19,7 @@ from graphs.context import DEFAULT_SYSTEM_PROMPT
 from nodes.context.setup import DEFAULT_MAX_ITEM_TOKENS, DEFAULT_RESERVE_OUTPUT, ContextPolicy
 from server.errors import BadAgentReferenceError
 from tools.config import ToolOverride
+from tools.jsontypes import JsonBool, JsonFloat, JsonInt, NotTextOrFlag
 
 DEFAULT_AGENT = "default"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -32,13 +33,13 @@ class _Spec(BaseModel):
 class SummaryPolicy(_Spec):
     """Running summaries of history that no longer fits (docs/context.md)."""
 
-    enabled: bool = False
+    enabled: JsonBool = False
     model: str | None = Field(
         default=None,
         description="The (cheap) model that writes summaries; the run's model when unset.",
     )
-    max_tokens: int = Field(default=1_000, ge=50, le=32_000)
-    input_tokens: int = Field(
+    max_tokens: JsonInt = Field(default=1_000, ge=50, le=32_000)
+    input_tokens: JsonInt = Field(
         default=16_000,
         ge=500,
         le=1_000_000,
@@ -49,18 +50,17 @@ class SummaryPolicy(_Spec):
 class ContextSpec(_Spec):
     """How the model's input is assembled."""
 
-    window: int | None = Field(
+    window: Annotated[int, Field(ge=1_024), NotTextOrFlag] | None = Field(
         default=None,
-        ge=1_024,
         description="The model's context window; from litellm's model map when unset.",
     )
-    reserve_output_tokens: int = Field(default=DEFAULT_RESERVE_OUTPUT, ge=0, le=1_000_000)
-    budgets: dict[str, Annotated[int, Field(ge=0)]] = Field(
+    reserve_output_tokens: JsonInt = Field(default=DEFAULT_RESERVE_OUTPUT, ge=0, le=1_000_000)
+    budgets: dict[str, Annotated[int, Field(ge=0), NotTextOrFlag]] = Field(
         default_factory=dict,
         description="Token budgets by section: instructions, identity, skills, memory, "
         "knowledge, plan, history.",
     )
-    max_item_tokens: int = Field(default=DEFAULT_MAX_ITEM_TOKENS, ge=100, le=10_000_000)
+    max_item_tokens: JsonInt = Field(default=DEFAULT_MAX_ITEM_TOKENS, ge=100, le=10_000_000)
     summary: SummaryPolicy = Field(default_factory=SummaryPolicy)
 
     @model_validator(mode="after")
@@ -88,14 +88,14 @@ class ContextSpec(_Spec):
 class MemoryRecallSpec(_Spec):
     """Recall before a model call: which memories go into the `memory` section."""
 
-    enabled: bool = True
-    limit: int = Field(default=8, ge=1, le=50)
-    min_similarity: float = Field(
+    enabled: JsonBool = True
+    limit: JsonInt = Field(default=8, ge=1, le=50)
+    min_similarity: JsonFloat = Field(
         default=0.2, ge=-1.0, le=1.0, description="Less similar memories are left out."
     )
-    recency_weight: float = Field(default=0.15, ge=0.0, le=1.0)
-    half_life_days: float = Field(default=90.0, gt=0)
-    include_shared: bool = Field(default=True, description="Recall the tenant's shared facts.")
+    recency_weight: JsonFloat = Field(default=0.15, ge=0.0, le=1.0)
+    half_life_days: JsonFloat = Field(default=90.0, gt=0)
+    include_shared: JsonBool = Field(default=True, description="Recall the tenant's shared facts.")
 
 
 class MemorySpec(_Spec):
@@ -117,7 +117,7 @@ class MemorySpec(_Spec):
         default_factory=lambda: ["admin"],
         description="Roles whose runs may remember and forget the tenant's shared facts.",
     )
-    duplicate_similarity: float = Field(
+    duplicate_similarity: JsonFloat = Field(
         default=0.9,
         ge=0.0,
         le=1.0,
@@ -128,8 +128,8 @@ class MemorySpec(_Spec):
 class AutoSelectSpec(_Spec):
     """Load the skill whose description best matches the message (lexical similarity)."""
 
-    enabled: bool = False
-    min_similarity: float = Field(default=0.3, ge=0.0, le=1.0)
+    enabled: JsonBool = False
+    min_similarity: JsonFloat = Field(default=0.3, ge=0.0, le=1.0)
 
 
 class SkillsSpec(_Spec):
@@ -162,12 +162,12 @@ class SkillsSpec(_Spec):
 class PlanSpec(_Spec):
     """The model's plan (docs/skills.md): the `update_plan` tool and the `plan` section."""
 
-    enabled: bool = Field(default=False, description="Offer update_plan and show the plan.")
-    required: bool = Field(
+    enabled: JsonBool = Field(default=False, description="Offer update_plan and show the plan.")
+    required: JsonBool = Field(
         default=False,
         description="Refuse tool calls from `requiredBeforeToolCall` on until a plan exists.",
     )
-    required_before_tool_call: int = Field(default=2, ge=1, le=100)
+    required_before_tool_call: JsonInt = Field(default=2, ge=1, le=100)
 
     @model_validator(mode="after")
     def _required_enables(self) -> PlanSpec:
@@ -189,8 +189,8 @@ class KnowledgeSpec(_Spec):
         description="Knowledge bases (names) this agent searches; every one it may access "
         "when empty.",
     )
-    top_k: int = Field(default=5, ge=1, le=20, description="Chunks per automatic retrieval.")
-    min_score: float = Field(
+    top_k: JsonInt = Field(default=5, ge=1, le=20, description="Chunks per automatic retrieval.")
+    min_score: JsonFloat = Field(
         default=0.0, ge=0.0, description="Automatic retrieval leaves out chunks scoring less."
     )
     rewrite_model: str | None = Field(
@@ -227,8 +227,8 @@ class AgentSpec(_Spec):
     knowledge: KnowledgeSpec = Field(default_factory=KnowledgeSpec)
     context: ContextSpec = Field(default_factory=ContextSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
-    max_steps: int | None = Field(default=None, ge=1, le=200)
-    run_timeout_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    max_steps: Annotated[int, Field(ge=1, le=200), NotTextOrFlag] | None = None
+    run_timeout_seconds: JsonFloat | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
 
 BUILTIN_DEFAULT = AgentSpec(description="The built-in agent: the server's defaults.")

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from server.timestamps import IsoTime
+from tools.jsontypes import FlagNotNumber, JsonBool, JsonFloat, JsonInt, NotTextOrFlag
 
 MAX_OFFSET = 1_000_000_000
 """The largest `offset` a listing accepts: past it there is nothing to page through."""
@@ -43,7 +44,7 @@ MIN_TTL_MINUTES = 1 / 60
 MAX_TTL_MINUTES = 366 * 24 * 60
 """The longest `ttl` accepted, a year."""
 
-TtlMinutes = Annotated[float, Field(ge=MIN_TTL_MINUTES, le=MAX_TTL_MINUTES)]
+TtlMinutes = Annotated[JsonFloat, Field(ge=MIN_TTL_MINUTES, le=MAX_TTL_MINUTES)]
 """A time to live in minutes, between one second and a year."""
 
 
@@ -64,7 +65,7 @@ class RunConfig(Body):
 
     configurable: dict[str, Any] | None = None
     tags: list[str] | None = None
-    recursion_limit: int | None = Field(None, ge=1, le=100_000)
+    recursion_limit: Annotated[int, Field(ge=1, le=100_000), NotTextOrFlag] | None = None
     metadata: dict[str, Any] | None = None
 
 
@@ -86,8 +87,8 @@ class RunCreate(Body):
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     stream_mode: StreamMode | list[StreamMode] | None = None
-    stream_subgraphs: bool | None = None
-    stream_resumable: bool | None = None
+    stream_subgraphs: JsonBool | None = None
+    stream_resumable: JsonBool | None = None
     interrupt_before: Strings | None = None
     interrupt_after: Strings | None = None
     checkpoint_id: str | None = None
@@ -98,7 +99,7 @@ class RunCreate(Body):
     on_disconnect: Literal["cancel", "continue"] | None = None
     on_completion: Literal["delete", "keep"] | None = None
     webhook: str | None = Field(None, max_length=2048)
-    after_seconds: int | None = Field(None, ge=0, le=366 * 24 * 3600)
+    after_seconds: Annotated[int, Field(ge=0, le=366 * 24 * 3600), NotTextOrFlag] | None = None
 
 
 class ThreadTtl(Body):
@@ -142,8 +143,8 @@ class ThreadPatch(Body):
 class Page(Body):
     """`limit` and `offset` of a listing."""
 
-    limit: int = Field(10, ge=0, le=1000)
-    offset: int = Field(0, ge=0, le=MAX_OFFSET)
+    limit: JsonInt = Field(10, ge=0, le=1000)
+    offset: JsonInt = Field(0, ge=0, le=MAX_OFFSET)
 
 
 class ThreadSearch(Page):
@@ -167,7 +168,7 @@ class StateAt(Body):
     """Which checkpoint's state to read."""
 
     checkpoint: CheckpointRef | None = None
-    subgraphs: bool | None = None
+    subgraphs: JsonBool | None = None
 
 
 class StateUpdate(Body):
@@ -182,7 +183,7 @@ class StateUpdate(Body):
 class HistoryQuery(Body):
     """Which states of a thread to list."""
 
-    limit: int = Field(10, ge=1, le=1000)
+    limit: JsonInt = Field(10, ge=1, le=1000)
     before: str | CheckpointRef | None = None
     metadata: dict[str, Any] | None = None
     checkpoint: CheckpointRef | None = None
@@ -244,7 +245,7 @@ class VersionQuery(Page):
 class LatestVersion(Body):
     """The version of an assistant to use."""
 
-    version: int = Field(ge=1, le=2**31 - 1)
+    version: JsonInt = Field(ge=1, le=2**31 - 1)
 
 
 def _in_utc(value: datetime) -> datetime:
@@ -276,10 +277,10 @@ class CronCreate(Body):
     webhook: str | None = Field(None, max_length=2048)
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     stream_mode: StreamMode | list[StreamMode] | None = None
-    stream_subgraphs: bool | None = None
+    stream_subgraphs: JsonBool | None = None
     durability: Literal["sync", "async", "exit"] | None = None
     end_time: UtcTime | None = None
-    enabled: bool | None = None
+    enabled: JsonBool | None = None
     on_run_completed: Literal["delete", "keep"] | None = None
 
 
@@ -294,7 +295,7 @@ class CronPatch(Body):
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(None, max_length=2048)
     end_time: UtcTime | None = None
-    enabled: bool | None = None
+    enabled: JsonBool | None = None
 
 
 class CronSearch(Page):
@@ -316,7 +317,9 @@ class StorePut(Body):
     key: str = Field(min_length=1, max_length=1000)
     value: dict[str, Any]
     # Field paths to embed, each once: the store inserts a vector row per path listed.
-    index: Literal[False] | Annotated[list[str], AfterValidator(_once)] | None = None
+    index: Annotated[
+        Literal[False] | Annotated[list[str], AfterValidator(_once)] | None, FlagNotNumber
+    ] = None
     ttl: TtlMinutes | None = None
 
 
@@ -333,13 +336,13 @@ class StoreSearch(Page):
     namespace_prefix: list[Label] | None = None
     filter: dict[str, Any] | None = None
     query: str | None = Field(None, max_length=10_000)
-    refresh_ttl: bool | None = None
+    refresh_ttl: JsonBool | None = None
 
 
 class NamespaceQuery(Page):
     """Namespaces to list."""
 
-    limit: int = Field(100, ge=0, le=1000)
+    limit: JsonInt = Field(100, ge=0, le=1000)
     prefix: list[str] | None = None
     suffix: list[str] | None = None
-    max_depth: int | None = Field(None, ge=1, le=100)
+    max_depth: Annotated[int, Field(ge=1, le=100), NotTextOrFlag] | None = None

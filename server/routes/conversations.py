@@ -36,6 +36,7 @@ from server.runs.idempotency import MAX_KEY_CHARS, idempotency_key
 from server.runs.pages import conversations_page, runs_page
 from server.runs.service import NewMessage
 from server.runs.views import conversation_view, message_view, run_view
+from tools.jsontypes import JsonFloat, NotTextOrFlag
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], responses=COMMON_ERRORS)
 
@@ -56,13 +57,19 @@ class ConversationIn(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+Count = Annotated[int, Field(ge=1), NotTextOrFlag]
+"""A limit counted from one: steps, tokens or model calls."""
+
+
 class RunOptions(BaseModel):
     """Per-run options."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    max_steps: int | None = Field(default=None, ge=1, le=200, alias="maxSteps")
-    timeout_seconds: float | None = Field(
+    max_steps: Annotated[int, Field(ge=1, le=200), NotTextOrFlag] | None = Field(
+        default=None, alias="maxSteps"
+    )
+    timeout_seconds: JsonFloat | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, allow_inf_nan=False, alias="timeoutSeconds"
     )
     tools: list[str] | None = Field(
@@ -71,9 +78,9 @@ class RunOptions(BaseModel):
     needs: list[str] | None = Field(
         default=None, description="Capabilities the run needs (e.g. 'reasoning'), for routing."
     )
-    max_tokens: int | None = Field(default=None, ge=1, alias="maxTokens")
+    max_tokens: Count | None = Field(default=None, alias="maxTokens")
     max_cost: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False, alias="maxCost")
-    max_model_calls: int | None = Field(default=None, ge=1, alias="maxModelCalls")
+    max_model_calls: Count | None = Field(default=None, alias="maxModelCalls")
 
 
 class MessageIn(BaseModel):

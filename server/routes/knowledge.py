@@ -14,6 +14,7 @@ from server.knowledge.evidence import run_evidence
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, ApiModel, errors
 from server.runs.records import get_run
+from tools.jsontypes import JsonInt
 
 router = APIRouter(prefix="/api/knowledge-bases", tags=["knowledge"], responses=COMMON_ERRORS)
 evidence_router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -28,8 +29,8 @@ Metadata = dict[str, Annotated[str, Field(max_length=500)]]
 class Chunking(ApiModel):
     """How documents are cut: a target size in tokens, and the overlap between chunks."""
 
-    target_tokens: int = Field(default=300, ge=50, le=4_000)
-    overlap_tokens: int = Field(default=40, ge=0, le=1_000)
+    target_tokens: JsonInt = Field(default=300, ge=50, le=4_000)
+    overlap_tokens: JsonInt = Field(default=40, ge=0, le=1_000)
 
 
 class Access(ApiModel):
@@ -65,7 +66,7 @@ class SearchIn(ApiModel):
     """Body of `POST .../search`."""
 
     query: str = Field(min_length=1, max_length=4_000)
-    top_k: int = Field(default=5, ge=1, le=50)
+    top_k: JsonInt = Field(default=5, ge=1, le=50)
     filters: Metadata = Field(
         default_factory=dict, description="Metadata the documents must have (each key equal)."
     )

@@ -17,6 +17,7 @@ from server.lifecycle.export import export_lines, open_export
 from server.lifecycle.policy import get_retention, set_retention
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, errors
 from server.timestamps import IsoTime
+from tools.jsontypes import NotTextOrFlag
 
 router = APIRouter(tags=["lifecycle"], responses=COMMON_ERRORS)
 
@@ -25,15 +26,19 @@ _CANCEL = Query(
 )
 
 
+Days = Annotated[int, Field(ge=1, le=36500), NotTextOrFlag]
+"""A retention period in days, up to a hundred years."""
+
+
 class RetentionIn(BaseModel):
     """Body of `PUT /api/retention`: a tenant's overrides, in days; null means the default."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    events_days: int | None = Field(default=None, ge=1, le=36500, alias="eventsDays")
-    spans_days: int | None = Field(default=None, ge=1, le=36500, alias="spansDays")
-    ledger_days: int | None = Field(default=None, ge=1, le=36500, alias="ledgerDays")
-    audit_days: int | None = Field(default=None, ge=1, le=36500, alias="auditDays")
+    events_days: Days | None = Field(default=None, alias="eventsDays")
+    spans_days: Days | None = Field(default=None, alias="spansDays")
+    ledger_days: Days | None = Field(default=None, alias="ledgerDays")
+    audit_days: Days | None = Field(default=None, alias="auditDays")
 
 
 @router.get("/api/audit", responses=errors(403))

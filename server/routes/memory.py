@@ -10,6 +10,7 @@ from pydantic import Field
 from server.deps import MemoryDep
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, ApiModel, errors
+from tools.jsontypes import JsonFloat
 from tools.memory.book import MAX_TEXT
 
 router = APIRouter(prefix="/api/memories", tags=["memory"], responses=COMMON_ERRORS)
@@ -33,8 +34,8 @@ class MemoryIn(ApiModel):
     kind: KindName = "fact"
     scope: Literal["user", "tenant"] = "user"
     user_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
-    expires_in_days: float | None = Field(default=None, gt=0, le=36_500)
+    confidence: JsonFloat = Field(default=1.0, ge=0.0, le=1.0)
+    expires_in_days: JsonFloat | None = Field(default=None, gt=0, le=36_500)
 
 
 class MemoryPatch(ApiModel):
@@ -42,8 +43,8 @@ class MemoryPatch(ApiModel):
 
     text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     kind: KindName | None = None
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    expires_in_days: float | None = Field(default=None, gt=0, le=36_500)
+    confidence: JsonFloat | None = Field(default=None, ge=0.0, le=1.0)
+    expires_in_days: JsonFloat | None = Field(default=None, gt=0, le=36_500)
 
 
 class MemoryOut(ApiModel):

@@ -11,6 +11,7 @@ from server.deps import SkillsDep
 from server.routes.guards import CleanText
 from server.routes.schemas import BODY_ERRORS, COMMON_ERRORS, ApiModel, errors
 from skills.format import MAX_RESOURCES, NAME_PATTERN
+from tools.jsontypes import NotTextOrFlag
 
 router = APIRouter(prefix="/api/skills", tags=["skills"], responses=COMMON_ERRORS)
 
@@ -39,8 +40,8 @@ class EnableIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Pin this version; the latest if unset."
+    version: Annotated[int, Field(ge=1, le=1_000_000_000), NotTextOrFlag] | None = Field(
+        default=None, description="Pin this version; the latest if unset."
     )
 
 

@@ -376,3 +376,56 @@ async def test_a_path_another_route_names_literally_is_that_resource(
     assert "POST" in error["message"]
     # An id of the wrong form where no other route names the path stays a 422.
     error_of(await client.get("/api/knowledge-bases/kb_1/documents/nope"), 422)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/threads/search", {"offset": False}, "offset"),
+        ("/assistants/search", {"limit": "5"}, "limit"),
+        ("/store/items/search", {"refresh_ttl": 0}, "refresh_ttl"),
+        ("/runs", {"assistant_id": "agent", "input": {}, "after_seconds": "0"}, "after_seconds"),
+        ("messages", {"content": "hi", "options": {"maxSteps": "5"}}, "maxSteps"),
+        ("messages", {"content": "hi", "options": {"timeoutSeconds": True}}, "timeoutSeconds"),
+    ],
+)
+async def test_a_value_of_another_json_type_than_the_schemas_is_refused(
+    client: httpx.AsyncClient, pool: Pool, path: str, body: dict[str, Any], field: str
+) -> None:
+    if path == "messages":
+        path = f"/api/conversations/{await a_conversation(client)}/messages"
+    before = await counts(pool)
+    error = error_of(await client.post(path, json=body), 422)
+    assert field in error["message"]
+    assert await counts(pool) == before
+
+
+async def test_a_refused_type_leaves_the_stored_record_as_it_was(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    created = await client.post("/api/memories", json={"text": "Tea, no sugar.", "confidence": 0.5})
+    assert created.status_code == 201, created.text
+    memory = created.json()
+    patched = await client.patch(f"/api/memories/{memory['id']}", json={"confidence": False})
+    assert "confidence" in error_of(patched, 422)["message"]
+    again = await client.get(f"/api/memories/{memory['id']}")
+    assert again.json()["confidence"] == 0.5
+    before = await counts(pool)
+    config = {"tools": {"calculator": {"dedupes": 0}}}
+    error = error_of(await client.put("/api/tools/config", json=config), 422)
+    assert "dedupes" in error["message"]
+    index = {"namespace": ["notes"], "key": "k", "value": {"a": 1}, "index": 0}
+    assert "index" in error_of(await client.put("/store/items", json=index), 422)["message"]
+    assert (await client.get("/store/items?namespace=notes&key=k")).status_code == 404
+    assert await counts(pool) == before
+
+
+async def test_an_integer_sent_as_a_whole_float_is_taken(client: httpx.AsyncClient) -> None:
+    found = await client.post("/threads/search", json={"limit": 5.0, "offset": 0.0})
+    assert found.status_code == 200, found.text
+    conv = await a_conversation(client)
+    posted = await client.post(
+        f"/api/conversations/{conv}/messages",
+        json={"content": "hi", "model": "scripted:hi", "options": {"maxSteps": 5.0}},
+    )
+    assert posted.status_code == 202, posted.text

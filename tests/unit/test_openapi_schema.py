@@ -51,3 +51,24 @@ def test_the_schema_says_what_the_langgraph_routes_check(tmp_path: Path) -> None
     post = spec["paths"]["/api/conversations/{conversation_id}/messages"]["post"]
     (key,) = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]
     assert key["schema"]["maxLength"] == MAX_KEY_CHARS
+
+
+def test_every_bound_is_written_in_json_schema_terms(tmp_path: Path) -> None:
+    # A bound given after a validator in a union reaches the document as pydantic's `ge`.
+    app = create_app(Settings(_env_file=None, data_dir=tmp_path))  # type: ignore[call-arg]
+    raw = {"ge", "le", "gt", "lt"}
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") in ("integer", "number"):
+                assert not raw & node.keys(), (where, node)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}/{i}")
+
+    document = app.openapi()
+    walk(document, "")
+    runs = document["components"]["schemas"]["RunOptions"]["properties"]
+    assert runs["maxSteps"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 200}
