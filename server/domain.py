@@ -65,6 +65,22 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest event `seq` there can be (Postgres `bigint`)."""
+
+
+def parse_seq(text: str) -> int | None:
+    """Return the event seq that `text` spells in ASCII digits, or None if it spells none.
+
+    `str.isdigit` alone admits digits such as '²', which `int` refuses; a seq beyond `MAX_SEQ`
+    names no event.
+    """
+    if not (text.isascii() and text.isdigit()):
+        return None
+    seq = int(text)
+    return seq if seq <= MAX_SEQ else None
+
+
 def check_transition(current: RunStatus | str, target: RunStatus | str) -> RunStatus:
     """Return `target` if a run in `current` may move there, else raise."""
     current, target = RunStatus(current), RunStatus(target)

@@ -22,9 +22,6 @@ from server.events.log import read_events
 from server.runs.records import get_run
 from server.runs.views import run_view
 
-MAX_SEQ = 2**63 - 1
-"""The largest event seq Postgres can store (bigint)."""
-
 STUCK_AFTER_S = 300
 """An unfinished run with no change for this long is shown as stuck."""
 

@@ -343,6 +343,6 @@ class NamespaceQuery(Page):
     """Namespaces to list."""
 
     limit: JsonInt = Field(100, ge=0, le=1000)
-    prefix: list[str] | None = None
-    suffix: list[str] | None = None
+    prefix: list[Label] | None = None
+    suffix: list[Label] | None = None
     max_depth: Annotated[int, Field(ge=1, le=100), NotTextOrFlag] | None = None

@@ -12,6 +12,7 @@ from langgraph.store.base import BaseStore
 from server import jsontext
 from server.auth import Principal
 from server.db.pool import Pool
+from server.domain import parse_seq
 from server.errors import MemoryUnavailableError
 from server.events.notify import Notifier
 from server.langgraph_api.assistant_book import AssistantBook
@@ -95,7 +96,8 @@ class LangGraphService:
     ) -> AsyncIterator[str]:
         """Return the run's SSE: resumed after `last_event_id`, else from its start."""
         run, _ = await (await self.runs("read")).get(thread_id, run_id)
-        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
+        # An id that names no seq is taken as none: the stream starts from the run's first part.
+        after = parse_seq(last_event_id) if last_event_id else None
         return graph_stream(
             self.pool,
             self.notifier,

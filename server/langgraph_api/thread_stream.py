@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from server.db.pool import Pool
-from server.domain import TERMINAL, Run, status_in
+from server.domain import TERMINAL, Run, parse_seq, status_in
 from server.errors import InvalidGraphRequestError
 from server.events.notify import Notifier
 from server.langgraph_api.runs import lg_status
@@ -33,13 +33,14 @@ def parse_cursor(last_event_id: str | None) -> tuple[str, int | None] | None:
     """
     if not last_event_id:
         return None
-    run_id, _, seq = last_event_id.rpartition(":")
-    if not run_id or not (seq == "end" or seq.isdigit()):
+    run_id, _, text = last_event_id.rpartition(":")
+    seq = parse_seq(text)
+    if not run_id or (text != "end" and seq is None):
         raise InvalidGraphRequestError(
             f"Last-Event-ID {last_event_id!r} is not an id of this thread's stream"
             " ('<run_id>:<seq>' or '<run_id>:end')"
         )
-    return run_id, None if seq == "end" else int(seq)
+    return run_id, seq
 
 
 def thread_modes(requested: Sequence[str] | None) -> bool:

@@ -15,7 +15,6 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from server.console.service import (
-    MAX_SEQ,
     Dimension,
     RunFilter,
     events_page,
@@ -23,7 +22,7 @@ from server.console.service import (
     usage_breakdown,
 )
 from server.deps import PoolDep, PrincipalDep
-from server.domain import RunStatus
+from server.domain import MAX_SEQ, RunStatus
 from server.routes.schemas import COMMON_ERRORS, errors
 from server.timestamps import IsoTime
 

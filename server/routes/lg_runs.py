@@ -219,7 +219,14 @@ async def join_thread_stream(
     lg: LangGraphDep,
     thread_id: str,
     stream_mode: Annotated[list[ThreadStreamMode] | None, Query()] = None,
-    last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[
+        str,
+        Header(
+            description="The id of the last frame the client has: `<run_id>:<seq>` or "
+            "`<run_id>:end`, a run of this thread.",
+            json_schema_extra={"pattern": "^(.+:([0-9]+|end))?$"},
+        ),
+    ] = "",
 ) -> Response:
     """Stream the thread's runs as they come (`run_done` after each), after `Last-Event-ID`."""
     frames = await lg.thread_stream(thread_id, last_event_id=last_event_id, modes=stream_mode)

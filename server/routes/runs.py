@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query
 
 from server.deps import (
     PoolDep,
@@ -13,7 +13,7 @@ from server.deps import (
     ServiceDep,
     SubagentDep,
 )
-from server.domain import RunStatus
+from server.domain import MAX_SEQ, RunStatus, parse_seq
 from server.errors import BadRequestError, EventsExpiredError
 from server.events.snapshot import output_text
 from server.routes.schemas import (
@@ -33,9 +33,6 @@ from server.runs.records import get_run
 from server.runs.views import run_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=COMMON_ERRORS)
-
-MAX_SEQ = 2**63 - 1
-"""The largest event seq Postgres can store (bigint)."""
 
 
 @router.get("", response_model=RunPage)
@@ -65,18 +62,14 @@ async def get_snapshot(run_id: str, subagents: SubagentDep, who: PrincipalDep) -
     return {**snap, "status": head.status, "output": output_text(snap), "children": children}
 
 
-def _cursor(request: Request, after: int | None) -> int:
-    if after is not None:
-        return after
-    header = request.headers.get("last-event-id")
-    if header is None or header == "":
-        return 0
-    # isdigit() alone admits non-ASCII digits such as '²', which int() refuses.
-    if not (header.isascii() and header.isdigit()):
-        raise BadRequestError(f"Last-Event-ID must be an event seq (an integer), got {header!r}")
-    if int(header) > MAX_SEQ:
-        raise BadRequestError(f"Last-Event-ID {header} is larger than any event seq ({MAX_SEQ})")
-    return int(header)
+def _cursor(header: str, after: int | None) -> int:
+    """Return `after`, else the header's seq; a header that is no seq is refused either way."""
+    seq = parse_seq(header) if header else 0
+    if seq is None:
+        raise BadRequestError(
+            f"Last-Event-ID must be an event seq (an integer up to {MAX_SEQ}), got {header!r}"
+        )
+    return seq if after is None else after
 
 
 @router.get(
@@ -85,16 +78,22 @@ def _cursor(request: Request, after: int | None) -> int:
     responses={200: event_stream_response(), **errors(400, 404, 410)},
 )
 async def get_events(
-    request: Request,
     run_id: str,
     streams: RunStreamsDep,
     who: PrincipalDep,
     after: int | None = Query(
         None, ge=0, le=MAX_SEQ, description="Replay events with seq > after."
     ),
+    last_event_id: Annotated[
+        str,
+        Header(
+            description="The last event's seq the client has (when `after` is not given).",
+            json_schema_extra={"pattern": "^[0-9]*$"},
+        ),
+    ] = "",
 ) -> EventStreamResponse:
     """Stream the run's events as SSE: replay after the cursor, then live, until the end."""
-    cursor = _cursor(request, after)
+    cursor = _cursor(last_event_id, after)
     async with streams.pool.connection() as conn:
         run = await get_run(conn, who, run_id)
     if run.events_expired_at is not None:

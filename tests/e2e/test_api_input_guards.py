@@ -205,6 +205,11 @@ async def test_a_last_event_id_that_is_not_a_seq_is_a_json_400(
     response = await client.get(run.json()["streamUrl"], headers={"Last-Event-ID": value})
     error = error_of(response, 400)
     assert "Last-Event-ID" in error["message"]
+    # Also beside `after`, which takes precedence over a header that is a seq.
+    response = await client.get(
+        run.json()["streamUrl"], params={"after": 0}, headers={"Last-Event-ID": value}
+    )
+    assert "Last-Event-ID" in error_of(response, 400)["message"]
     # Let the run end, so later tests here see no events still being written.
     await read_sse(client, run.json()["streamUrl"])
 
@@ -429,3 +434,25 @@ async def test_an_integer_sent_as_a_whole_float_is_taken(client: httpx.AsyncClie
         json={"content": "hi", "model": "scripted:hi", "options": {"maxSteps": 5.0}},
     )
     assert posted.status_code == 202, posted.text
+
+
+@pytest.mark.parametrize("value", [b"\xb2", b"9" * 30, b"seven"])
+async def test_a_langgraph_last_event_id_that_names_no_seq_is_answered(
+    client: httpx.AsyncClient, value: bytes
+) -> None:
+    thread = (await client.post("/threads", json={})).json()["thread_id"]
+    ask = {"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+    created = await client.post(f"/threads/{thread}/runs", json=ask)
+    assert created.status_code == 200, created.text
+    run = created.json()["run_id"]
+    assert (await client.get(f"/threads/{thread}/runs/{run}/join")).status_code == 200
+    # A run's stream takes an id that names no seq as none: the whole run again.
+    stream = f"/threads/{thread}/runs/{run}/stream"
+    whole = await client.get(stream)
+    again = await client.get(stream, headers={"Last-Event-ID": value})
+    assert again.status_code == 200, again.text
+    assert again.text.count("\nid: ") == whole.text.count("\nid: ") > 0
+    # The thread's stream names the run in its ids, so it refuses one it did not send.
+    cursor = run.encode() + b":" + value
+    response = await client.get(f"/threads/{thread}/stream", headers={"Last-Event-ID": cursor})
+    assert "Last-Event-ID" in error_of(response, 422)["message"]

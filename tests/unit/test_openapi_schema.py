@@ -51,6 +51,13 @@ def test_the_schema_says_what_the_langgraph_routes_check(tmp_path: Path) -> None
     post = spec["paths"]["/api/conversations/{conversation_id}/messages"]["post"]
     (key,) = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]
     assert key["schema"]["maxLength"] == MAX_KEY_CHARS
+    for path, pattern in [
+        ("/threads/{thread_id}/stream", "^(.+:([0-9]+|end))?$"),
+        ("/api/runs/{run_id}/events", "^[0-9]*$"),
+    ]:
+        (last,) = [p for p in spec["paths"][path]["get"]["parameters"] if p["in"] == "header"]
+        assert last["name"] == "last-event-id"
+        assert last["schema"] == last["schema"] | {"type": "string", "pattern": pattern}
 
 
 def test_every_bound_is_written_in_json_schema_terms(tmp_path: Path) -> None:
