@@ -101,7 +101,8 @@ class RequestGuard:
 
     def _refusal(self, scope: Scope) -> AgentrtError | None:
         length = Headers(scope=scope).get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
+        # isdigit() alone takes "²" (Content-Length is Latin-1), which int() refuses.
+        if length.isascii() and length.isdigit() and int(length) > self.max_body_bytes:
             return TooLargeError(self.too_large_message(int(length)))
         if "\x00" in scope["path"]:
             return NotFoundError("no such resource: the path contains a NUL character")
