@@ -7,7 +7,7 @@ LangGraph assistant, thread and cron); the fuzzer takes their ids for path param
 the time, so operations on existing resources are fuzzed beyond their 404.
 
 The suite runs a small budget; `make fuzz` runs the same test with a large one
-(`FUZZ_EXAMPLES`, `FUZZ_MAX_TIME`, `FUZZ_SEED`, `FUZZ_CHECKS` tune it).
+(`FUZZ_EXAMPLES`, `FUZZ_MAX_TIME`, `FUZZ_SEED`, `FUZZ_CHECKS`, `FUZZ_PHASES` tune it).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from tests.support.tools import launch_rocket
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "5"))
 MAX_TIME = int(os.environ.get("FUZZ_MAX_TIME", "40"))
 SEED = os.environ.get("FUZZ_SEED")
+# The stateful phase chains the operations by the links schemathesis infers from the schema.
+PHASES = os.environ.get("FUZZ_PHASES", "examples,coverage,fuzzing,stateful")
 # Every check schemathesis has but `positive_data_acceptance` (`FUZZ_CHECKS=all` runs it too;
 # docs/decisions/2029): some rules no schema can say are checked (a cron expression that
 # parses, say).
@@ -259,7 +261,7 @@ async def test_the_api_conforms_to_its_openapi_schema_under_fuzzing(
 
     # The thread's join stream first; deletes last, so that the other operations meet the
     # stored resources; the fuzzer's own erasure after everything.
-    phases = "--phases=examples,coverage,fuzzing"
+    phases = f"--phases={PHASES}"
     plain = _config({}, tmp_path / "plain")
     await _schemathesis(
         base_url,
