@@ -1,11 +1,12 @@
-"""What a started process keeps for its whole life is out of the garbage collector's walk."""
+"""What a started process keeps for its whole life is out of the garbage collector's walk, and
+its young passes wait for more than a request's worth of objects."""
 
 from __future__ import annotations
 
 import gc
 
 from server.app import build_tool_registry
-from server.process import open_runtime
+from server.process import GC_YOUNG_THRESHOLD, open_runtime
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
 
@@ -21,3 +22,4 @@ async def test_what_start_up_made_is_frozen_and_what_runs_make_is_not(settings: 
         assert id(rt.graph) not in walked and id(rt.pool) not in walked
         assert id(made_later) in walked
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
