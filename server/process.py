@@ -49,9 +49,10 @@ log = logging.getLogger("agentrt")
 
 GC_YOUNG_THRESHOLD = 10_000
 """Allocations, less deallocations, of tracked objects between the collector's young passes
-(Python's default is 700). Most of what a run or a request makes is freed by its reference
-count within a few hundred; at 700 a pass examines, and promotes, the objects still in
-flight, whose later full passes cost tens of milliseconds (docs/decisions/2031)."""
+(Python's default is 700). Most of what a run's step or a request makes is freed by its
+reference count soon after; at 700 a pass falls in the middle of a step and examines, then
+promotes, what is still in flight, and the full passes it leads to cost tens of milliseconds
+with 32 runs in flight (docs/decisions/2031)."""
 
 
 @dataclass
