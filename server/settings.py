@@ -152,9 +152,9 @@ class Settings(BaseSettings):
     lease_seconds: float = 10.0
     worker_poll_seconds: float = 2.0
     # A run's event writer: a step's reports and a tool call's start wait up to
-    # `event_linger_s` for a checkpoint write to carry them; stream pieces are stored at most
-    # every `event_pace_s`.
-    event_linger_s: float = Field(default=0.05, gt=0)
+    # `event_linger_s` for a checkpoint write to carry them (docs/decisions/2032); stream
+    # pieces are stored at most every `event_pace_s`.
+    event_linger_s: float = Field(default=0.2, gt=0)
     event_pace_s: float = Field(default=0.025, gt=0)
     # A run's step writes, and the checkpoint of a step a later attempt may run again at no
     # cost (building the context, the tools' step), wait up to this long for the next

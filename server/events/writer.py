@@ -80,7 +80,7 @@ class EventWriter:
         max_batch: int = 2000,
         on_stored: Callable[[int], None] | None = None,
         hooks: Sequence[StoreHook] = (),
-        linger_s: float = 0.05,
+        linger_s: float = 0.2,
         pace_s: float = 0.025,
     ) -> None:
         self._pool = pool
