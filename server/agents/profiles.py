@@ -26,6 +26,10 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]{0,62})(?:@(?P<version>[0-9]{1,9}))?$")
 
 
+MaxSteps = Annotated[int, Field(ge=1, le=200), NotTextOrFlag]
+"""The most steps a run may take, from 1 to 200."""
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
 
@@ -227,7 +231,7 @@ class AgentSpec(_Spec):
     knowledge: KnowledgeSpec = Field(default_factory=KnowledgeSpec)
     context: ContextSpec = Field(default_factory=ContextSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
-    max_steps: Annotated[int, Field(ge=1, le=200), NotTextOrFlag] | None = None
+    max_steps: MaxSteps | None = None
     run_timeout_seconds: JsonFloat | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
 

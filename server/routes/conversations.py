@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from server.agents.profiles import MaxSteps
 from server.deps import (
     ModelsDep,
     PoolDep,
@@ -66,9 +67,7 @@ class RunOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    max_steps: Annotated[int, Field(ge=1, le=200), NotTextOrFlag] | None = Field(
-        default=None, alias="maxSteps"
-    )
+    max_steps: MaxSteps | None = Field(default=None, alias="maxSteps")
     timeout_seconds: JsonFloat | None = Field(
         default=None, gt=0, le=7 * 24 * 3600, allow_inf_nan=False, alias="timeoutSeconds"
     )
