@@ -60,6 +60,18 @@ ON CONFLICT DO NOTHING
 """
 
 
+async def _span_sets(conn: Conn, params: Params) -> int:
+    """Delete the conversation's span sets; count their spans."""
+    cur = await conn.execute(
+        "WITH gone AS (DELETE FROM trace_span_sets"
+        " WHERE trace_id = ANY(%(traces)s) OR run_id = ANY(%(runs)s) RETURNING span_count)"
+        " SELECT COALESCE(sum(span_count), 0) AS n FROM gone",
+        params,
+    )
+    row = await cur.fetchone()
+    return int(row["n"]) if row else 0
+
+
 def _run_rows(table: str) -> Eraser:
     return Eraser(table, table, _BY_RUN.format(table=table))
 
@@ -70,11 +82,7 @@ CONVERSATION_ERASERS: tuple[Eraser, ...] = (
         "trace_payloads",
         "DELETE FROM trace_payloads WHERE trace_id = ANY(%(traces)s)",
     ),
-    Eraser(
-        "trace_spans",
-        "trace_spans",
-        "DELETE FROM trace_spans WHERE trace_id = ANY(%(traces)s) OR run_id = ANY(%(runs)s)",
-    ),
+    Eraser("trace_spans", "trace_span_sets", custom=_span_sets),
     _run_rows("run_events"),
     _run_rows("context_manifests"),
     _run_rows("model_calls"),

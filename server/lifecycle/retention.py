@@ -27,7 +27,7 @@ _BATCH = 1000
 # Daily partitions: the table and the retention kind that decides when they go.
 PARTITIONED = {
     "run_events": "events_days",
-    "trace_spans": "spans_days",
+    "trace_span_sets": "spans_days",
     "trace_payloads": "spans_days",
 }
 
@@ -146,7 +146,7 @@ async def _drop_partition(
     gone = rows - kept
     if table == "run_events":
         removed.events += gone
-    elif table == "trace_spans":
+    elif table == "trace_span_sets":
         removed.spans += gone
     else:
         removed.payloads += gone
@@ -158,7 +158,9 @@ async def _detach_and_drop(
 ) -> tuple[int, int]:
     """In the caller's transaction: detach and drop `name`; return (rows kept, rows before)."""
     await _set_lock_timeout(conn, lock_timeout_s)
-    count = await conn.execute(f'SELECT count(*) AS n FROM "{name}"')
+    # A set holds `span_count` spans: counted without reading its spans.
+    what = "sum(span_count)" if table == "trace_span_sets" else "count(*)"
+    count = await conn.execute(f'SELECT COALESCE({what}, 0) AS n FROM "{name}"')
     row = await count.fetchone()
     rows = int(row["n"]) if row else 0
     kept = 0
@@ -200,14 +202,18 @@ async def _drop_partitions(
         )
         removed.events += gone.rowcount
     else:
-        column = "start_time" if table == "trace_spans" else "created_at"
-        gone = await conn.execute(
-            f"DELETE FROM {table}_default WHERE {column} < %s",
-            (horizon,),
-        )
-        if table == "trace_spans":
-            removed.spans += gone.rowcount
+        if table == "trace_span_sets":
+            cur = await conn.execute(
+                "WITH gone AS (DELETE FROM trace_span_sets_default WHERE start_time < %s"
+                " RETURNING span_count) SELECT COALESCE(sum(span_count), 0) AS n FROM gone",
+                (horizon,),
+            )
+            row = await cur.fetchone()
+            removed.spans += int(row["n"]) if row else 0
         else:
+            gone = await conn.execute(
+                "DELETE FROM trace_payloads_default WHERE created_at < %s", (horizon,)
+            )
             removed.payloads += gone.rowcount
 
 
@@ -217,12 +223,13 @@ async def _trim_short_spans(
     """Delete spans (and payloads) of tenants whose span retention is below the longest."""
     for tenant, days in overrides.items():
         cur = await conn.execute(
-            "WITH gone AS (DELETE FROM trace_spans WHERE tenant_id = %(t)s"
+            "WITH gone AS (DELETE FROM trace_span_sets WHERE tenant_id = %(t)s"
             " AND start_time < %(now)s::timestamptz - make_interval(days => %(d)s)"
-            " RETURNING trace_id, span_id), payloads AS (DELETE FROM trace_payloads p"
-            " USING gone WHERE p.trace_id = gone.trace_id AND p.span_id = gone.span_id"
+            " RETURNING trace_id, span_count, spans), payloads AS (DELETE FROM trace_payloads p"
+            " USING gone CROSS JOIN LATERAL jsonb_array_elements(gone.spans) AS s"
+            " WHERE p.trace_id = gone.trace_id AND p.span_id = s ->> 'span_id'"
             " RETURNING 1)"
-            " SELECT (SELECT count(*) FROM gone) AS spans,"
+            " SELECT (SELECT COALESCE(sum(span_count), 0) FROM gone) AS spans,"
             " (SELECT count(*) FROM payloads) AS payloads",
             {"t": tenant, "now": now, "d": days},
         )

@@ -129,7 +129,12 @@ class RunSpan:
 
 @dataclass
 class SpanBatch:
-    """Spans and payloads taken from the sink, to be written in one transaction."""
+    """Span sets and payloads taken from the sink, to be written in one transaction.
+
+    A set is one row of `trace_span_sets`: the spans of one trace (and run) that one take
+    found, as a JSON array. Its id is drawn when it is made and kept when the batch is given
+    back, so a set written again after a commit in doubt is skipped.
+    """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     payloads: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -137,15 +142,19 @@ class SpanBatch:
     def __bool__(self) -> bool:
         return bool(self.rows or self.payloads)
 
+    def span_count(self) -> int:
+        """How many spans the batch's sets hold."""
+        return sum(row["span_count"] for row in self.rows)
+
     async def insert(self, conn: Conn, *, rows: bool = True) -> None:
         """Write the batch in the caller's transaction (pipelined or not; never COPY).
 
-        The spans go in one statement, as one JSON array. With `rows=False`, only the
-        payloads are written (the spans went by COPY).
+        The sets go in one statement, as one JSON array. With `rows=False`, only the
+        payloads are written (the sets went by COPY).
         """
         async with conn.cursor() as cur:
             if self.rows and rows:
-                await cur.execute(_INSERT_SPANS, (jsontext.stored_bytes(self.rows, str).decode(),))
+                await cur.execute(_INSERT_SETS, (jsontext.stored_bytes(self.rows, str).decode(),))
             if self.payloads:
                 await cur.executemany(
                     "INSERT INTO trace_payloads (trace_id, span_id, kind, data)"
@@ -157,14 +166,17 @@ class SpanBatch:
 class PostgresSpanSink:
     """Collect finished spans (and full payloads) and write them to Postgres in batches.
 
-    A run's end takes what has been collected and writes it in the transaction of its final
-    event (`take`); the background flush writes the rest. Whatever a failed write took is
-    given back for the next one, up to `keep_max` rows.
+    A run's end takes its trace's spans and writes them in the transaction of its final event
+    (`take`), so most runs store their trace as one row; the background flush writes the
+    spans of traces that have waited `hold_s` (a long run's, a run's whose process is
+    stopping). Whatever a failed write took is given back for the next one, up to `keep_max`
+    spans.
     """
 
-    def __init__(self, pool: Pool, keep_max: int = 50_000) -> None:
+    def __init__(self, pool: Pool, keep_max: int = 50_000, hold_s: float = 1.0) -> None:
         self._pool = pool
         self._keep_max = keep_max
+        self._hold_ns = int(hold_s * 1e9)
         self._spans: list[RunSpan] = []
         self._held = SpanBatch()  # taken by a write that failed: written by the next one
         self._lock = asyncio.Lock()
@@ -177,26 +189,41 @@ class PostgresSpanSink:
         """Keep the full input or output of a span (JSON text); its attribute holds a cut copy."""
         self._held.payloads.append((f"{trace_id:032x}", f"{span_id:016x}", kind, _no_nul(text)))
 
-    def take(self) -> SpanBatch:
-        """Take everything collected so far; give it back if its write fails."""
+    def take(self, trace_id: int | None = None, *, settled: bool = False) -> SpanBatch:
+        """Take the spans collected so far, with whatever a failed write gave back.
+
+        `trace_id` takes that trace's spans only; `settled` only those of traces whose first
+        waiting span ended `hold_s` ago or more. The others stay for a later take.
+        """
         spans, self._spans = self._spans, []
+        if trace_id is not None or settled:
+            taken = _pick(spans, trace_id, time.time_ns() - self._hold_ns if settled else None)
+            self._spans[:0] = [s for s in spans if s.trace_id not in taken]
+            spans = [s for s in spans if s.trace_id in taken]
         batch, self._held = self._held, SpanBatch()
-        batch.rows += [_span_row(s) for s in spans]
+        batch.rows += _span_sets(spans)
         return batch
 
     def give_back(self, batch: SpanBatch) -> None:
-        """Keep a batch whose write failed for the next one (the newest `keep_max` rows)."""
+        """Keep a batch whose write failed for the next one (the newest `keep_max` spans)."""
         self._held.rows[:0] = batch.rows
         self._held.payloads[:0] = batch.payloads
-        for kept in (self._held.rows, self._held.payloads):
-            if len(kept) > self._keep_max:
-                log.warning("dropping %d unstored trace rows", len(kept) - self._keep_max)
-                del kept[: len(kept) - self._keep_max]
+        rows, payloads = self._held.rows, self._held.payloads
+        over = self._held.span_count() - self._keep_max
+        dropped = 0
+        while over > 0 and rows:  # whole sets go, the oldest first
+            over -= rows[0]["span_count"]
+            dropped += rows.pop(0)["span_count"]
+        if len(payloads) > self._keep_max:
+            dropped += len(payloads) - self._keep_max
+            del payloads[: len(payloads) - self._keep_max]
+        if dropped:
+            log.warning("dropping %d unstored trace rows", dropped)
 
-    async def flush(self) -> None:
-        """Write what has been collected so far, in one transaction."""
+    async def flush(self, trace_id: int | None = None, *, settled: bool = False) -> None:
+        """Write what `take` finds (all of it by default) in one transaction."""
         async with self._lock:
-            batch = self.take()
+            batch = self.take(trace_id, settled=settled)
             if not batch:
                 return
             try:
@@ -209,53 +236,55 @@ class PostgresSpanSink:
         if len(batch.rows) > _INSERT_MAX:
             try:
                 async with self._pool.connection() as conn, conn.transaction():
-                    async with conn.cursor() as cur, cur.copy(_COPY_SPANS) as copy:
+                    async with conn.cursor() as cur, cur.copy(_COPY_SETS) as copy:
                         for row in batch.rows:
                             await copy.write_row(_copy_row(row))
                     await batch.insert(conn, rows=False)
                 return
             except psycopg.errors.UniqueViolation:
                 pass  # given back after a write whose commit was in doubt: insert, skipping those
-        # A run's few spans: pipelined with no BEGIN, the statements up to the one Sync at the
+        # A run's few sets: pipelined with no BEGIN, the statements up to the one Sync at the
         # end are a single implicit transaction sent in one round trip.
         async with self._pool.connection() as conn, conn.pipeline():
             await batch.insert(conn)
 
     async def run(self, interval_s: float) -> None:
-        """Flush every `interval_s` until cancelled."""
+        """Every `interval_s` until cancelled, write the spans that have waited long enough."""
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.flush()
+                await self.flush(settled=True)
             except Exception:
                 log.exception("storing spans failed; will retry")
 
 
-_SPAN_COLUMNS = (
-    "trace_id, span_id, parent_span_id, run_id, tenant_id, name, kind, start_time, end_time,"
-    " duration_ms, status, error, attributes, events"
-)
-# A batch given back after a failure whose commit was in doubt may hold rows already stored.
-_INSERT_SPANS = f"""
-INSERT INTO trace_spans ({_SPAN_COLUMNS})
-SELECT {_SPAN_COLUMNS} FROM jsonb_to_recordset(%s::jsonb) AS s(
-    trace_id text, span_id text, parent_span_id text, run_id text, tenant_id text, name text,
-    kind text, start_time timestamptz, end_time timestamptz, duration_ms double precision,
-    status text, error text, attributes jsonb, events jsonb)
+def _pick(spans: list[RunSpan], trace_id: int | None, ended_by: int | None) -> set[int]:
+    """The traces a take writes: `trace_id`, or those with a span ended by `ended_by`."""
+    if trace_id is not None:
+        return {trace_id}
+    return {s.trace_id for s in spans if (s.end_ns or 0) <= (ended_by or 0)}
+
+
+_SET_COLUMNS = "trace_id, set_id, run_id, tenant_id, start_time, span_count, spans"
+# A batch given back after a failure whose commit was in doubt may hold sets already stored.
+_INSERT_SETS = f"""
+INSERT INTO trace_span_sets ({_SET_COLUMNS})
+SELECT {_SET_COLUMNS} FROM jsonb_to_recordset(%s::jsonb) AS s(
+    trace_id text, set_id text, run_id text, tenant_id text, start_time timestamptz,
+    span_count integer, spans jsonb)
 ON CONFLICT DO NOTHING
 """
-_COPY_SPANS = f"COPY trace_spans ({_SPAN_COLUMNS}) FROM STDIN"
-_COLUMNS = tuple(c.strip() for c in _SPAN_COLUMNS.split(","))
-# Up to this many spans go in one statement; more (a backlog) go through COPY.
+_COPY_SETS = f"COPY trace_span_sets ({_SET_COLUMNS}) FROM STDIN"
+_COLUMNS = tuple(c.strip() for c in _SET_COLUMNS.split(","))
+# Up to this many sets go in one statement; more (a backlog) go through COPY.
 _INSERT_MAX = 64
 
 
 def _copy_row(row: dict[str, Any]) -> tuple[Any, ...]:
-    """A span's row for COPY: NUL characters replaced, JSON columns as text."""
+    """A set's row for COPY: NUL characters replaced, the spans as JSON text."""
     clean = jsontext.storable(row)
     return tuple(
-        jsontext.dumps(clean[c], default=str) if c in ("attributes", "events") else clean[c]
-        for c in _COLUMNS
+        jsontext.dumps(clean[c], default=str) if c == "spans" else clean[c] for c in _COLUMNS
     )
 
 
@@ -266,7 +295,7 @@ def _no_nul(text: str) -> str:
     return text
 
 
-# Attributes stored in a column of their own, and not again in the row's `attributes`:
+# Attributes stored in a column of their own, and not again in the span's `attributes`:
 # `stored_attributes` leaves them out, `read_attributes` puts them back.
 COLUMN_ATTRIBUTES = {"run_id": "agentrt.run_id", "tenant_id": "agentrt.tenant_id"}
 
@@ -285,29 +314,51 @@ def read_attributes(row: dict[str, Any]) -> dict[str, Any]:
 _IN_COLUMNS = frozenset(COLUMN_ATTRIBUTES.values())
 
 
+def _span_sets(spans: list[RunSpan]) -> list[dict[str, Any]]:
+    """The spans as rows of `trace_span_sets`: one per trace, run and tenant, in end order."""
+    sets: dict[tuple[int, Any, Any], list[RunSpan]] = {}
+    for s in spans:
+        attrs = s.attributes
+        key = (s.trace_id, attrs.get("agentrt.run_id"), attrs.get("agentrt.tenant_id"))
+        sets.setdefault(key, []).append(s)
+    return [
+        {
+            "trace_id": f"{trace_id:032x}",
+            "set_id": f"{random.getrandbits(64):016x}",
+            "run_id": run_id,
+            "tenant_id": tenant_id,
+            "start_time": _dt(min(s.start_ns for s in members)).isoformat(),
+            "span_count": len(members),
+            "spans": [_span_row(s) for s in members],
+        }
+        for (trace_id, run_id, tenant_id), members in sets.items()
+    ]
+
+
 def _span_row(s: RunSpan) -> dict[str, Any]:
-    """A span's row as JSON-ready values (NUL characters are dealt with when it is written)."""
+    """A span as its set holds it: JSON-ready, no null or empty members (NULs dealt with later)."""
     attrs = s.attributes
     end = s.end_ns if s.end_ns is not None else s.start_ns
-    return {
-        "trace_id": f"{s.trace_id:032x}",
+    row: dict[str, Any] = {
         "span_id": f"{s.span_id:016x}",
-        "parent_span_id": None if s.parent_id is None else f"{s.parent_id:016x}",
-        "run_id": attrs.get("agentrt.run_id"),
-        "tenant_id": attrs.get("agentrt.tenant_id"),
         "name": s.name,
         "kind": str(attrs.get("agentrt.kind", "internal")),
         "start_time": _dt(s.start_ns).isoformat(),
         "end_time": _dt(end).isoformat(),
         "duration_ms": (end - s.start_ns) / 1e6,
         "status": "unset" if s.error is None else "error",
-        "error": s.error,
         "attributes": stored_attributes(attrs),
-        "events": [
+    }
+    if s.parent_id is not None:
+        row["parent_span_id"] = f"{s.parent_id:016x}"
+    if s.error is not None:
+        row["error"] = s.error
+    if s.events:
+        row["events"] = [
             {"name": name, "ts": _dt(ts).isoformat(), "attributes": attributes}
             for name, ts, attributes in s.events
-        ],
-    }
+        ]
+    return row
 
 
 def _readable(s: RunSpan, resource: Resource) -> ReadableSpan:

@@ -158,10 +158,10 @@ async def _conclude(
         deps.tracing.end_run(run, outcome.kind, outcome.data.get("message"))
         elapsed = (datetime.now(UTC) - run.created_at).total_seconds()
         deps.metrics.observe_run_end(run.tenant_id, outcome.kind, elapsed)
-        # The run's spans (and whatever else the sink holds) are stored in the transaction of
-        # its final event, ahead of the run's row: one commit fewer, and the trace is whole
-        # once the run has ended. Spans cannot fail it (server/observability/tracing.py).
-        spans = deps.tracing.sink.take()
+        # The run's spans (and what a failed write gave back) are stored in the transaction of
+        # its final event, ahead of the run's row: one commit fewer, the trace whole once the
+        # run has ended, most often in one row. Spans cannot fail it (see tracing.py).
+        spans = deps.tracing.sink.take(deps.tracing.root_of(run_id)[0])
         stored = False
         try:
             before = in_order(checkpoint, spans.insert)
@@ -203,7 +203,7 @@ async def _conclude(
 
 async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
     try:
-        await deps.tracing.sink.flush()
+        await deps.tracing.sink.flush(deps.tracing.root_of(run_id)[0])
     except Exception:
         log.exception("run %s: storing its spans failed; they will be retried", run_id)
 

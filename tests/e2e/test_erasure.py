@@ -121,7 +121,7 @@ async def leftovers(
             if name not in {r["name"] for r in await partitions.fetchall()}
         }
         for table, columns in sorted(tables.items()):
-            if table in NOT_ERASED or table.startswith(("run_events_", "trace_spans_")):
+            if table in NOT_ERASED or table.startswith(("run_events_", "trace_span_sets_")):
                 continue
             where = []
             if "run_id" in columns:
@@ -171,7 +171,7 @@ async def test_erasing_a_user_removes_every_row_of_theirs_and_nothing_of_another
     alice_convs, alice_runs = [c for c, _ in alice], [r for _, rs in alice for r in rs]
     bob_convs, bob_runs = [c for c, _ in bob], [r for _, rs in bob for r in rs]
     before = await leftovers(pool, "alice", alice_convs, alice_runs)
-    for table in ("run_events", "model_calls", "trace_spans", "checkpoints", "messages"):
+    for table in ("run_events", "model_calls", "trace_span_sets", "checkpoints", "messages"):
         assert before[table] > 0, table  # the check can see these rows
     bob_before = await leftovers(pool, "bob", bob_convs, bob_runs)
 

@@ -66,14 +66,14 @@ async def test_spans_whose_write_the_database_broke_off_are_written_by_the_next_
     sink = tracing.sink
     _spans(tracing, "run_sink_retry", 3)
     async with pool.connection() as locker, locker.transaction():
-        await locker.execute("LOCK TABLE trace_spans IN ACCESS EXCLUSIVE MODE")
+        await locker.execute("LOCK TABLE trace_span_sets IN ACCESS EXCLUSIVE MODE")
         flushing = asyncio.ensure_future(sink.flush())
         async with pool.connection() as admin:
             async with asyncio.timeout(60):  # the flush waits for the lock; cancel its query
                 while True:
                     cur = await admin.execute(
                         "SELECT pg_cancel_backend(pid) AS done FROM pg_locks"
-                        " WHERE relation = 'trace_spans'::regclass AND NOT granted"
+                        " WHERE relation = 'trace_span_sets'::regclass AND NOT granted"
                     )
                     if await cur.fetchall():
                         break
@@ -167,10 +167,91 @@ async def test_spans_taken_into_a_transaction_are_written_with_it(
     assert await count_rows(pool, "trace_spans", "run_id", "run_sink_rolled_back") == 2
 
 
-async def test_spans_given_back_are_capped(pool: Pool, settings: Settings) -> None:
+async def test_spans_given_back_are_capped_whole_sets_oldest_first(
+    pool: Pool, settings: Settings
+) -> None:
     tracing = _tracing(pool, settings, keep_max=5)
     sink = tracing.sink
-    _spans(tracing, "run_sink_capped", 8)
+    _spans(tracing, "run_sink_capped_old", 4)
     sink.give_back(sink.take())
+    _spans(tracing, "run_sink_capped", 3)
+    sink.give_back(sink.take())  # 7 spans held: the older set (4) goes
     await sink.flush()
-    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_capped") == 5
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_capped_old") == 0
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_capped") == 3
+
+
+async def _sets(pool: Pool, run_id: str) -> list[int]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT span_count FROM trace_span_sets WHERE run_id = %s ORDER BY start_time",
+            (run_id,),
+        )
+        return [r["span_count"] for r in await cur.fetchall()]
+
+
+async def test_a_take_for_one_trace_leaves_the_others_and_stores_it_in_one_row(
+    pool: Pool, settings: Settings
+) -> None:
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
+    _spans(tracing, "run_sink_mine", 4)
+    _spans(tracing, "run_sink_other", 2)
+    _spans(tracing, "run_sink_mine", 3)
+    async with pool.connection() as conn:
+        await sink.take(tracing.root_of("run_sink_mine")[0]).insert(conn)
+    assert await _sets(pool, "run_sink_mine") == [7]
+    assert await _sets(pool, "run_sink_other") == []
+
+    # The background flush leaves a trace whose spans ended less than `hold_s` ago.
+    await sink.flush(settled=True)
+    assert await _sets(pool, "run_sink_other") == []
+    await sink.flush()
+    assert await _sets(pool, "run_sink_other") == [2]
+
+
+async def test_the_background_flush_stores_a_trace_once_its_spans_have_waited(
+    pool: Pool, settings: Settings
+) -> None:
+    tracing = Tracing(pool, settings, Metrics())
+    tracing.sink = PostgresSpanSink(pool, hold_s=0.0)
+    _spans(tracing, "run_sink_settled", 2)
+    await tracing.sink.flush(settled=True)
+    assert await _sets(pool, "run_sink_settled") == [2]
+
+
+async def test_a_set_written_again_after_a_commit_in_doubt_is_skipped(
+    pool: Pool, settings: Settings
+) -> None:
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
+    _spans(tracing, "run_sink_twice", 3)
+    batch = sink.take()
+    async with pool.connection() as conn:
+        await batch.insert(conn)
+    sink.give_back(batch)  # as if the commit's answer had been lost
+    _spans(tracing, "run_sink_twice", 1)
+    await sink.flush()
+    assert sorted(await _sets(pool, "run_sink_twice")) == [1, 3]
+    assert await count_rows(pool, "trace_spans", "run_id", "run_sink_twice") == 4
+
+
+async def test_a_backlog_of_sets_given_back_twice_goes_by_copy_then_by_insert(
+    pool: Pool, settings: Settings
+) -> None:
+    # More sets than one statement takes go by COPY; a set already stored makes COPY fail
+    # on its key, and the batch is inserted instead, skipping it.
+    tracing = _tracing(pool, settings)
+    sink = tracing.sink
+    for n in range(80):
+        _spans(tracing, f"run_sink_backlog_{n}", 1)
+    batch = sink.take()
+    async with pool.connection() as conn:
+        await batch.insert(conn)
+    sink.give_back(batch)
+    await sink.flush()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM trace_spans WHERE run_id LIKE 'run_sink_backlog_%'"
+        )
+        assert await cur.fetchone() == {"n": 80}

@@ -89,9 +89,9 @@ DROP TRIGGER IF EXISTS test_fault ON run_events;
 CREATE TRIGGER test_fault BEFORE INSERT ON run_events
     FOR EACH ROW EXECUTE FUNCTION test_fault_events();
 
-DROP TRIGGER IF EXISTS test_fault ON trace_spans;
+DROP TRIGGER IF EXISTS test_fault ON trace_span_sets;
 
-CREATE TRIGGER test_fault BEFORE INSERT ON trace_spans
+CREATE TRIGGER test_fault BEFORE INSERT ON trace_span_sets
     FOR EACH ROW EXECUTE FUNCTION test_fault_spans()
 """
 
