@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from server.db.pool import migrate, open_pool
 from server.settings import Settings
-from tests.support.postgres import create_database, drop_database
+from tests.support.postgres import create_database, drop_database, migrate_before
 
 pytestmark = pytest.mark.timeout(180)
-MIGRATIONS = Path(__file__).resolve().parents[2] / "server" / "db" / "migrations"
 SETS = 41
 
 
@@ -22,20 +20,7 @@ def old_database(pg_admin_url: str) -> Iterator[str]:
     """A database before the span sets, with spans of two traces over three days."""
     url = create_database(pg_admin_url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for path in sorted(MIGRATIONS.glob("*.sql")):
-            version = int(path.name.split("_", 1)[0])
-            if version >= SETS:
-                continue
-            with conn.transaction():
-                conn.execute(path.read_text().encode())
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                    (version, path.name),
-                )
+        migrate_before(conn, SETS)
         spans = [
             # trace, span, parent, run, days ago, error, attributes, events
             ("t1", "a", None, "run_1", 2, None, '{"agentrt.step": 1}', "[]"),

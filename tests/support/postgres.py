@@ -42,3 +42,24 @@ def drop_database(admin_url: str, url: str) -> None:
     name = conninfo_to_dict(url)["dbname"]
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "server" / "db" / "migrations"
+
+
+def migrate_before(conn: psycopg.Connection, version: int) -> None:
+    """Apply the migrations numbered below `version`, as `migrate` records them (autocommit)."""
+    conn.execute(
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        number = int(path.name.split("_", 1)[0])
+        if number >= version:
+            continue
+        with conn.transaction():
+            conn.execute(path.read_text().encode())
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                (number, path.name),
+            )
