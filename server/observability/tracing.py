@@ -218,7 +218,7 @@ class PostgresSpanSink:
             dropped += len(payloads) - self._keep_max
             del payloads[: len(payloads) - self._keep_max]
         if dropped:
-            log.warning("dropping %d unstored trace rows", dropped)
+            log.warning("dropping %d unstored spans and payloads", dropped)
 
     async def flush(self, trace_id: int | None = None, *, settled: bool = False) -> None:
         """Write what `take` finds (all of it by default) in one transaction."""
