@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -177,13 +178,21 @@ class PostgresSpanSink:
         self._pool = pool
         self._keep_max = keep_max
         self._hold_ns = int(hold_s * 1e9)
-        self._spans: list[RunSpan] = []
+        # Ended spans by trace, each trace's in the order they ended. Spans may end on any
+        # thread: `_spans_lock` keeps a span from going into a list a take has just removed.
+        self._spans: dict[int, list[RunSpan]] = {}
+        self._spans_lock = threading.Lock()
         self._held = SpanBatch()  # taken by a write that failed: written by the next one
         self._lock = asyncio.Lock()
 
     def on_end(self, span: RunSpan) -> None:
         """Keep the ended span for the next flush."""
-        self._spans.append(span)  # list.append is atomic; spans may end on any thread
+        with self._spans_lock:
+            found = self._spans.get(span.trace_id)
+            if found is None:
+                self._spans[span.trace_id] = [span]
+            else:
+                found.append(span)
 
     def add_payload(self, trace_id: int, span_id: int, kind: str, text: str) -> None:
         """Keep the full input or output of a span (JSON text); its attribute holds a cut copy."""
@@ -195,11 +204,16 @@ class PostgresSpanSink:
         `trace_id` takes that trace's spans only; `settled` only those of traces whose first
         waiting span ended `hold_s` ago or more. The others stay for a later take.
         """
-        spans, self._spans = self._spans, []
-        if trace_id is not None or settled:
-            taken = _pick(spans, trace_id, time.time_ns() - self._hold_ns if settled else None)
-            self._spans[:0] = [s for s in spans if s.trace_id not in taken]
-            spans = [s for s in spans if s.trace_id in taken]
+        with self._spans_lock:
+            if trace_id is not None:
+                spans = self._spans.pop(trace_id, [])
+            elif settled:
+                ended_by = time.time_ns() - self._hold_ns
+                due = [t for t, kept in self._spans.items() if (kept[0].end_ns or 0) <= ended_by]
+                spans = [span for t in due for span in self._spans.pop(t)]
+            else:
+                spans = [span for kept in self._spans.values() for span in kept]
+                self._spans = {}
         batch, self._held = self._held, SpanBatch()
         batch.rows += _span_sets(spans)
         return batch
@@ -256,13 +270,6 @@ class PostgresSpanSink:
                 await self.flush(settled=True)
             except Exception:
                 log.exception("storing spans failed; will retry")
-
-
-def _pick(spans: list[RunSpan], trace_id: int | None, ended_by: int | None) -> set[int]:
-    """The traces a take writes: `trace_id`, or those with a span ended by `ended_by`."""
-    if trace_id is not None:
-        return {trace_id}
-    return {s.trace_id for s in spans if (s.end_ns or 0) <= (ended_by or 0)}
 
 
 _SET_COLUMNS = "trace_id, set_id, run_id, tenant_id, start_time, span_count, spans"
