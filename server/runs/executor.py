@@ -27,7 +27,7 @@ from server.langgraph_api.attempt import GraphAttempt
 from server.memory.jobs import enqueue_extraction
 from server.observability.callbacks import TraceCallbackHandler
 from server.observability.logs import run_context
-from server.observability.tracing import RunInfo
+from server.observability.tracing import RunInfo, run_trace_id
 from server.runs.attempt import Attempt, ExecutorDeps, Outcome, RunHandle
 from server.runs.records import Claim, mark_paused
 from server.runs.toolbox import held_outcomes
@@ -161,7 +161,7 @@ async def _conclude(
         # The run's spans (and what a failed write gave back) are stored in the transaction of
         # its final event, ahead of the run's row: one commit fewer, the trace whole once the
         # run has ended, most often in one row. Spans cannot fail it (see tracing.py).
-        spans = deps.tracing.sink.take(deps.tracing.root_of(run_id)[0])
+        spans = deps.tracing.sink.take(run_trace_id(run_id))
         stored = False
         try:
             before = in_order(checkpoint, spans.insert)
@@ -203,7 +203,7 @@ async def _conclude(
 
 async def _store_spans(deps: ExecutorDeps, run_id: str) -> None:
     try:
-        await deps.tracing.sink.flush(deps.tracing.root_of(run_id)[0])
+        await deps.tracing.sink.flush(run_trace_id(run_id))
     except Exception:
         log.exception("run %s: storing its spans failed; they will be retried", run_id)
 
