@@ -472,6 +472,16 @@ class InvalidGraphRequestError(InvalidRequestError):
     code = "invalid_graph_request"
 
 
+class UnknownReferenceError(InvalidRequestError):
+    """The body names something the path's resource does not have (a checkpoint, a version).
+
+    The path's resource exists, so the answer is 422, not 404: a 404 says the path itself
+    names nothing, which a client would read as "the thread (or assistant, or skill) is gone".
+    """
+
+    code = "unknown_reference"
+
+
 class AssistantExistsError(ConflictError):
     """An assistant with this id exists and `if_exists` is `raise`."""
 

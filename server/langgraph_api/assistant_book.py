@@ -19,10 +19,16 @@ from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.errors import (
     AssistantExistsError,
+    AssistantNotFoundError,
     AssistantReadOnlyError,
-    LangGraphItemNotFoundError,
+    UnknownReferenceError,
 )
-from server.langgraph_api.assistants import assistant_view, resolve_assistant, search_assistants
+from server.langgraph_api.assistants import (
+    assistant_view,
+    resolve_assistant,
+    resolve_named,
+    search_assistants,
+)
 from server.langgraph_api.graphs import GraphEntry, GraphRegistry
 from server.timestamps import iso
 
@@ -87,13 +93,24 @@ class AssistantBook:
         entry = resolve_assistant(self.graphs, row["graph_id"])
         return stored_view(row), entry
 
+    async def named(self, assistant_id: str) -> tuple[dict[str, Any], GraphEntry]:
+        """`get` for an assistant a request body names (a run's, a cron's).
+
+        Raises:
+            UnknownReferenceError: no such assistant or graph.
+        """
+        try:
+            return await self.get(assistant_id)
+        except AssistantNotFoundError as exc:
+            raise UnknownReferenceError(str(exc)) from exc
+
     async def create(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create an assistant of `graph_id` (version 1).
 
         Raises:
             AssistantExistsError: `assistant_id` is taken and `if_exists` is not `do_nothing`.
         """
-        entry = resolve_assistant(self.graphs, str(body.get("graph_id") or ""))
+        entry = resolve_named(self.graphs, str(body.get("graph_id") or ""))
         assistant_id = str(body.get("assistant_id") or uuid.uuid4())
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
@@ -153,7 +170,7 @@ class AssistantBook:
             current = await self._row(conn, assistant_id)
             assert current is not None
             graph_id = str(body.get("graph_id") or current["graph_id"])
-            resolve_assistant(self.graphs, graph_id)
+            resolve_named(self.graphs, graph_id)
             cur = await conn.execute(
                 "SELECT max(version) AS v FROM lg_assistant_versions WHERE assistant_id = %s",
                 (assistant_id,),
@@ -179,8 +196,9 @@ class AssistantBook:
                 (assistant_id, version),
             )
             if await cur.fetchone() is None:
-                raise LangGraphItemNotFoundError(
-                    f"assistant {assistant_id} has no version {version}"
+                raise UnknownReferenceError(
+                    f"assistant {assistant_id} has no version {version}; POST"
+                    f" /assistants/{assistant_id}/versions lists them"
                 )
         return (await self.get(assistant_id))[0]
 

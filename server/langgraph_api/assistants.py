@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph.pregel import Pregel
 
-from server.errors import AssistantNotFoundError
+from server.errors import AssistantNotFoundError, UnknownReferenceError
 from server.langgraph_api.graphs import GraphEntry, GraphRegistry
 from server.langgraph_api.serde import to_json
 
@@ -32,6 +32,19 @@ def resolve_assistant(graphs: GraphRegistry, assistant_id: str) -> GraphEntry:
         if entry.assistant_id == assistant_id:
             return entry
     raise AssistantNotFoundError(assistant_id)
+
+
+def resolve_named(graphs: GraphRegistry, assistant_id: str) -> GraphEntry:
+    """`resolve_assistant` for a graph or assistant id a request body names.
+
+    Raises:
+        UnknownReferenceError: it names neither (422: the path's resource exists; a 404
+            would read as that resource being gone).
+    """
+    try:
+        return resolve_assistant(graphs, assistant_id)
+    except AssistantNotFoundError as exc:
+        raise UnknownReferenceError(str(exc)) from exc
 
 
 def assistant_view(entry: GraphEntry) -> dict[str, Any]:

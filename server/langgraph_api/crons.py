@@ -99,7 +99,7 @@ class CronBook:
         """
         # A graph id, its default assistant's id, or an assistant created through the API.
         book = AssistantBook(self.pool, self.graphs, self.who)
-        assistant, _ = await book.get(str(body.get("assistant_id") or ""))
+        assistant, _ = await book.named(str(body.get("assistant_id") or ""))
         assistant_id = str(assistant["assistant_id"])
         schedule, zone = str(body.get("schedule") or ""), str(body.get("timezone") or "UTC")
         first = next_time(schedule, zone, datetime.now(UTC))
@@ -182,7 +182,7 @@ class CronBook:
         where, args = "tenant_id = %s", [self.who.tenant_id]
         if body.get("assistant_id"):
             book = AssistantBook(self.pool, self.graphs, self.who)
-            assistant, _ = await book.get(str(body["assistant_id"]))
+            assistant, _ = await book.named(str(body["assistant_id"]))
             where += " AND assistant_id = %s"
             args.append(str(assistant["assistant_id"]))
         if body.get("thread_id"):

@@ -18,7 +18,7 @@ from langgraph.store.postgres import AsyncPostgresStore
 
 from server.auth import Principal
 from server.db.pool import Pool
-from server.errors import AssistantNotFoundError
+from server.errors import UnknownReferenceError
 from server.events.notify import Notifier
 from server.langgraph_api.crons import claim_firing, disable_cron, mark_fired
 from server.langgraph_api.expiry import sweep_threads
@@ -108,8 +108,9 @@ class LangGraphJobs:
         body = {**cron["payload"], "metadata": {**cron["metadata"], "cron_id": cron["cron_id"]}}
         try:
             run = await self._runs(cron).create(cron["thread_id"], body)
-        except AssistantNotFoundError as exc:
-            # Deleted while the cron was being created or claimed: it would fail every time.
+        except UnknownReferenceError as exc:
+            # Its assistant was deleted while the cron was created or claimed: every firing
+            # would fail.
             log.warning("cron %s: %s; the cron is disabled", cron["cron_id"], exc)
             await mark_fired(self.pool, cron["cron_id"], due, f"error: {exc}"[:200])
             await disable_cron(self.pool, cron["cron_id"])

@@ -118,12 +118,12 @@ class LangGraphRuns:
         """Queue a run on `thread_id` (a new thread when None); return its view.
 
         Raises:
-            AssistantNotFoundError: `assistant_id` names no graph or assistant.
+            UnknownReferenceError: `assistant_id` names no graph or assistant.
             ThreadNotFoundError: no such thread and `if_not_exists` is not `create`.
             ThreadBusyError: the thread is busy and the strategy is `reject`.
         """
         book = AssistantBook(self.pool, self.graphs, self.who)
-        assistant, entry = await book.get(str(body.get("assistant_id") or ""))
+        assistant, entry = await book.named(str(body.get("assistant_id") or ""))
         if body.get("input") is not None and body.get("command"):
             raise InvalidGraphRequestError("send either `input` or `command`, not both")
         if body.get("command") and thread_id is None:

@@ -25,6 +25,7 @@ from server.errors import (
     LangGraphItemNotFoundError,
     ThreadExistsError,
     ThreadNotFoundError,
+    UnknownReferenceError,
 )
 from server.langgraph_api.auth import Filters, metadata_sql
 from server.langgraph_api.expiry import refresh_ttl, set_ttl, ttl_minutes, ttl_view
@@ -245,7 +246,9 @@ class ThreadKeeper:
         if state.config is None or not state.created_at:
             if checkpoint and checkpoint.get("checkpoint_id"):
                 raise LangGraphItemNotFoundError(
-                    f"checkpoint {checkpoint['checkpoint_id']} of thread {thread_id} not found"
+                    f"thread {thread_id} has no checkpoint {checkpoint['checkpoint_id']!r}"
+                    f" in namespace {checkpoint.get('checkpoint_ns') or ''!r}; GET"
+                    f" /threads/{thread_id}/history lists its checkpoints"
                 )
             return None
         return state
@@ -284,7 +287,7 @@ class ThreadKeeper:
             # LangGraph's answer to a `checkpoint_ns` that names no subgraph of the graph.
             if not (checkpoint or {}).get("checkpoint_ns") or not str(exc).startswith("Subgraph"):
                 raise
-            raise LangGraphItemNotFoundError(
+            raise UnknownReferenceError(
                 f"cannot update the thread's state: {exc} (checkpoint_ns names no subgraph of"
                 f" graph {graph.name!r})"
             ) from exc

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query, Response
 
 from server.deps import LangGraphDep
+from server.errors import LangGraphItemNotFoundError, UnknownReferenceError
 from server.langgraph_api.bodies import (
     HistoryQuery,
     Prune,
@@ -137,7 +138,12 @@ async def post_state_at(
 ) -> dict[str, Any]:
     """Return the thread's state at `checkpoint`."""
     body = sent.data()
-    return await _state(lg, thread_id, body.get("checkpoint"), bool(body.get("subgraphs")))
+    try:
+        return await _state(lg, thread_id, body.get("checkpoint"), bool(body.get("subgraphs")))
+    except LangGraphItemNotFoundError as exc:
+        # The thread exists (a missing one is ThreadNotFoundError, still 404): only the
+        # checkpoint the body names is missing.
+        raise UnknownReferenceError(str(exc)) from exc
 
 
 @router.post("/threads/{thread_id}/state")

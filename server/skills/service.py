@@ -7,7 +7,12 @@ from typing import Any
 
 from server.auth import Principal
 from server.db.pool import Pool
-from server.errors import InvalidSkillError, SkillForbiddenError, SkillNotFoundError
+from server.errors import (
+    InvalidSkillError,
+    SkillForbiddenError,
+    SkillNotFoundError,
+    UnknownReferenceError,
+)
 from server.lifecycle import audit
 from server.skills.store import (
     add_version,
@@ -97,14 +102,15 @@ class SkillService:
 
         Raises:
             SkillForbiddenError: the caller is not a tenant admin.
-            SkillNotFoundError: no such skill, or no such version of it.
+            SkillNotFoundError: no such skill.
+            UnknownReferenceError: the skill has no such version.
         """
         _require_admin(self.who)
         async with self.pool.connection() as conn:
             versions = await skill_versions(conn, self.who.tenant_id, name)
             if version is not None and version not in {s.entry.version for s in versions}:
                 known = ", ".join(str(s.entry.version) for s in versions)
-                raise SkillNotFoundError(
+                raise UnknownReferenceError(
                     f"skill {name!r} has no version {version}; its versions: {known}"
                 )
             async with conn.transaction():

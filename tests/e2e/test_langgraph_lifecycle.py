@@ -494,7 +494,8 @@ async def test_a_thread_is_created_with_supersteps_applied(client: LangGraphClie
             {"messages": said[:1]},
             checkpoint={"checkpoint_ns": "no_such_subgraph:1"},
         )
-    assert missing.value.response.status_code == 404
+    assert missing.value.response.status_code == 422
+    assert missing.value.response.json()["error"]["code"] == "unknown_reference"
     assert "no_such_subgraph" in missing.value.response.json()["error"]["message"]
 
 

@@ -5,6 +5,7 @@ The graph is examples/tool_agent (langgraph.json); its model is the fake OpenAI 
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,37 @@ async def test_a_ttl_shorter_than_a_second_or_longer_than_a_year_is_refused_with
         answer = await raw.request(method, path, json=body)
     assert answer.status_code == 422, answer.text
     assert "ttl" in answer.text
+
+
+async def test_what_a_body_names_and_is_missing_is_422_what_the_path_names_is_404(
+    client: LangGraphClient,
+) -> None:
+    async def status(call: Any) -> tuple[int, dict[str, Any]]:
+        with pytest.raises(httpx.HTTPStatusError) as failed:
+            await call
+        return failed.value.response.status_code, failed.value.response.json()["error"]
+
+    tid = (await client.threads.create())["thread_id"]
+    # POST /threads/{id}/state/checkpoint: the thread exists, the checkpoint does not.
+    code, error = await status(client.threads.get_state(tid, checkpoint={"checkpoint_id": "x1"}))
+    assert (code, error["code"]) == (422, "unknown_reference")
+    assert f"thread {tid} has no checkpoint 'x1'" in error["message"]
+    # GET /threads/{id}/state/{checkpoint_id}: the path names the checkpoint.
+    code, error = await status(client.threads.get_state(tid, checkpoint_id="x1"))
+    assert (code, error["code"]) == (404, "not_found")
+    code, error = await status(client.runs.create(tid, "no_such_graph", input=ask("hi")))
+    assert (code, error["code"]) == (422, "unknown_reference")
+    assert "no_such_graph" in error["message"]
+    code, error = await status(client.runs.create(str(uuid.uuid4()), "tool_agent"))
+    assert (code, error["code"]) == (404, "not_found")
+    code, error = await status(client.assistants.create("no_such_graph"))
+    assert (code, error["code"]) == (422, "unknown_reference")
+    made = await client.assistants.create("tool_agent")
+    code, error = await status(client.assistants.set_latest(made["assistant_id"], 7))
+    assert (code, error["code"]) == (422, "unknown_reference")
+    assert "has no version 7" in error["message"]
+    code, error = await status(client.assistants.set_latest(str(uuid.uuid4()), 1))
+    assert code == 404
+    # Nothing was stored by the refused requests.
+    assert await client.runs.list(tid) == []
+    assert (await client.assistants.get(made["assistant_id"]))["version"] == 1

@@ -287,7 +287,10 @@ async def test_upload_enable_and_disable_answer_clear_errors(a: httpx.AsyncClien
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_skill"
     assert "front matter" in bad.json()["error"]["message"]
     pinned = await a.post("/api/skills/house-style/enable", json={"version": 9})
-    assert pinned.status_code == 404 and "its versions" in pinned.json()["error"]["message"]
+    assert pinned.status_code == 422 and pinned.json()["error"]["code"] == "unknown_reference"
+    assert "its versions" in pinned.json()["error"]["message"]
+    gone = await a.post("/api/skills/no-such-skill/enable", json={"version": 1})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "skill_not_found"
     off = await a.post("/api/skills/research-brief/disable")
     assert off.status_code == 200 and off.json()["enabled"] is False
     on = await a.post("/api/skills/research-brief/enable", json={"version": 1})
