@@ -61,6 +61,8 @@ async def env(settings: Settings) -> AsyncIterator[Env]:
             "event_retention_days": 30,
             "span_retention_days": 14,
             "ledger_retention_days": 90,
+            # Answers longer than this are cut in their span, the whole kept as a payload.
+            "trace_payload_chars": 5,
             # These tests drop days beside a live server; a loaded machine must not defer them.
             "retention_lock_timeout_s": 60.0,
         }
@@ -199,6 +201,18 @@ async def test_a_tenant_with_a_shorter_retention_loses_its_logs_and_spans_sooner
         pool, "SELECT count(*) AS n FROM trace_spans WHERE run_id = %s", run["runId"]
     )
     assert spans > 1
+    payloads = await count(
+        pool,
+        "SELECT count(*) AS n FROM trace_payloads p JOIN trace_spans s USING (trace_id, span_id)"
+        " WHERE s.run_id = %s",
+        run["runId"],
+    )
+    assert payloads >= 1  # "hello there" is longer than the 5 characters a span keeps
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT trace_id FROM trace_spans WHERE run_id = %s", (run["runId"],)
+        )
+        (trace_id,) = [r["trace_id"] for r in await cur.fetchall()]
     try:
         removed = await apply_retention(
             pool, env.settings, now=await db_now(pool) + timedelta(days=3)
@@ -211,8 +225,12 @@ async def test_a_tenant_with_a_shorter_retention_loses_its_logs_and_spans_sooner
     # Nothing old enough for the installation's 30 days: rows went, not partitions. Spans
     # are counted one by one, not by the sets that hold them.
     assert removed.partitions_dropped == [] and removed.events >= events
-    assert removed.spans >= spans
+    assert removed.spans >= spans and removed.payloads >= payloads
     assert await count(pool, sql.format("run_events"), run["runId"]) == 0
     assert await count(pool, sql.format("trace_spans"), run["runId"]) == 0
+    trace = await count(
+        pool, "SELECT count(*) AS n FROM trace_payloads WHERE trace_id = %s", trace_id
+    )
+    assert trace == 0
     assert (await c.get(f"/api/runs/{run['runId']}/events")).status_code == 410
     assert (await c.get(f"/api/runs/{run['runId']}/snapshot")).json()["output"] == "hello there"
