@@ -258,13 +258,19 @@ def main(database_url: str, quick: bool) -> Figures:
         )
     figures.add(f"| **all** | | {total_rows:.1f} | {total_bytes / 1024:.1f} KiB | |")
     figures.add("")
-    floor_dump = sum(sum(v) for v in floor_kinds.values()) / runs
-    ours_dump = sum(sum(v) for v in ours_kinds.values()) / runs
+    # The target compares the records. Full-page images are the first change of each page
+    # after a checkpoint: how many fall in a phase depends on when the checkpoints came.
+    floor_dump = sum(rec for rec, _ in floor_kinds.values()) / runs
+    ours_dump = sum(rec for rec, _ in ours_kinds.values()) / runs
+    floor_fpi = sum(fpi for _, fpi in floor_kinds.values()) / runs
+    ours_fpi = sum(fpi for _, fpi in ours_kinds.values()) / runs
     figures.add(
-        f"WAL written per run, this database's records of each phase only (`pg_waldump`): engine "
-        f"{floor_dump / 1024:.1f} KiB, agentrt {ours_dump / 1024:.1f} KiB: "
-        f"**{ours_dump / floor_dump:.2f}x** (target ≤ 1.5x: "
-        f"{'**met**' if ours_dump <= 1.5 * floor_dump else '**missed**'}). The WAL position's "
+        f"WAL records written per run, this database's of each phase only (`pg_waldump`, "
+        f"full-page images left out): engine {floor_dump / 1024:.1f} KiB, agentrt "
+        f"{ours_dump / 1024:.1f} KiB: **{ours_dump / floor_dump:.2f}x** (target ≤ 1.5x: "
+        f"{'**met**' if ours_dump <= 1.5 * floor_dump else '**missed**'}). Full-page images, "
+        f"which depend on when checkpoints fell in each phase: engine {floor_fpi / 1024:.1f} "
+        f"KiB, agentrt {ours_fpi / 1024:.1f} KiB. The WAL position's "
         f"advance over each phase, which also holds the statistics queries' hint-bit pages, "
         f"the processes' idle polls and other databases' autovacuum: engine "
         f"{floor_wal / 1024:.1f} KiB, agentrt "
