@@ -204,7 +204,7 @@ async def _drop_partitions(
     else:
         if table == "trace_span_sets":
             cur = await conn.execute(
-                "WITH gone AS (DELETE FROM trace_span_sets_default WHERE start_time < %s"
+                "WITH gone AS (DELETE FROM trace_span_sets_default WHERE ended_at < %s"
                 " RETURNING span_count) SELECT COALESCE(sum(span_count), 0) AS n FROM gone",
                 (horizon,),
             )
@@ -224,7 +224,7 @@ async def _trim_short_spans(
     for tenant, days in overrides.items():
         cur = await conn.execute(
             "WITH gone AS (DELETE FROM trace_span_sets WHERE tenant_id = %(t)s"
-            " AND start_time < %(now)s::timestamptz - make_interval(days => %(d)s)"
+            " AND ended_at < %(now)s::timestamptz - make_interval(days => %(d)s)"
             " RETURNING trace_id, span_count, spans), payloads AS (DELETE FROM trace_payloads p"
             " USING gone CROSS JOIN LATERAL jsonb_array_elements(gone.spans) AS s"
             " WHERE p.trace_id = gone.trace_id AND p.span_id = s ->> 'span_id'"

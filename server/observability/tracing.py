@@ -272,12 +272,12 @@ class PostgresSpanSink:
                 log.exception("storing spans failed; will retry")
 
 
-_SET_COLUMNS = "trace_id, set_id, run_id, tenant_id, start_time, span_count, spans"
+_SET_COLUMNS = "trace_id, set_id, run_id, tenant_id, ended_at, span_count, spans"
 # A batch given back after a failure whose commit was in doubt may hold sets already stored.
 _INSERT_SETS = f"""
 INSERT INTO trace_span_sets ({_SET_COLUMNS})
 SELECT {_SET_COLUMNS} FROM jsonb_to_recordset(%s::jsonb) AS s(
-    trace_id text, set_id text, run_id text, tenant_id text, start_time timestamptz,
+    trace_id text, set_id text, run_id text, tenant_id text, ended_at timestamptz,
     span_count integer, spans jsonb)
 ON CONFLICT DO NOTHING
 """
@@ -334,7 +334,9 @@ def _span_sets(spans: list[RunSpan]) -> list[dict[str, Any]]:
             "set_id": f"{random.getrandbits(64):016x}",
             "run_id": run_id,
             "tenant_id": tenant_id,
-            "start_time": _dt(min(s.start_ns for s in members)).isoformat(),
+            # The set's date (its partition): its latest span's end, so that a run's last set,
+            # whose root span started when the run was created, is kept as long as the rest.
+            "ended_at": _dt(max(_end_ns(s) for s in members)).isoformat(),
             "span_count": len(members),
             "spans": [_span_row(s) for s in members],
         }
@@ -342,10 +344,14 @@ def _span_sets(spans: list[RunSpan]) -> list[dict[str, Any]]:
     ]
 
 
+def _end_ns(s: RunSpan) -> int:
+    return s.end_ns if s.end_ns is not None else s.start_ns
+
+
 def _span_row(s: RunSpan) -> dict[str, Any]:
     """A span as its set holds it: JSON-ready, no null or empty members (NULs dealt with later)."""
     attrs = s.attributes
-    end = s.end_ns if s.end_ns is not None else s.start_ns
+    end = _end_ns(s)
     row: dict[str, Any] = {
         "span_id": f"{s.span_id:016x}",
         "name": s.name,

@@ -73,7 +73,7 @@ async def test_every_span_reads_back_the_same_one_set_per_trace_and_day(
     assert _spans(old_database) == before
     with psycopg.connect(old_database) as conn:
         sets = conn.execute(
-            "SELECT trace_id, span_count FROM trace_span_sets ORDER BY trace_id, start_time"
+            "SELECT trace_id, span_count FROM trace_span_sets ORDER BY trace_id, ended_at"
         ).fetchall()
         assert sets == [("t1", 2), ("t1", 1), ("t2", 1)]
         in_default = conn.execute("SELECT count(*) FROM trace_span_sets_default").fetchone()

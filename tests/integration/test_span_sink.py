@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import psycopg
 import pytest
@@ -184,7 +185,7 @@ async def test_spans_given_back_are_capped_whole_sets_oldest_first(
 async def _sets(pool: Pool, run_id: str) -> list[int]:
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT span_count FROM trace_span_sets WHERE run_id = %s ORDER BY start_time",
+            "SELECT span_count FROM trace_span_sets WHERE run_id = %s ORDER BY ended_at",
             (run_id,),
         )
         return [r["span_count"] for r in await cur.fetchall()]
@@ -255,3 +256,34 @@ async def test_a_backlog_of_sets_given_back_twice_goes_by_copy_then_by_insert(
             "SELECT count(*) AS n FROM trace_spans WHERE run_id LIKE 'run_sink_backlog_%'"
         )
         assert await cur.fetchone() == {"n": 80}
+
+
+async def test_a_set_is_dated_by_its_latest_spans_end_not_its_roots_start(
+    pool: Pool, settings: Settings
+) -> None:
+    # A run that waited 20 days (for an approval, say): its root span starts at its creation,
+    # a day whose partition the span retention dropped long ago.
+    tracing = _tracing(pool, settings)
+    run_id = "run_sink_waited"
+    created = time.time_ns() - 20 * 86_400 * 10**9
+    root = tracing.span("run", tracing.root_of(run_id), {"agentrt.run_id": run_id}, created)
+    tracing.span("step", root, {"agentrt.run_id": run_id}).end()
+    root.end()
+    await tracing.sink.flush()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tableoid::regclass::text AS part, ended_at > now() - interval '1 hour' AS now,"
+            " 'trace_span_sets_' || to_char(ended_at AT TIME ZONE 'UTC', 'YYYYMMDD') AS day"
+            " FROM trace_span_sets WHERE run_id = %s",
+            (run_id,),
+        )
+        stored = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT min(start_time) < now() - interval '19 days' AS old FROM trace_spans"
+            " WHERE run_id = %s",
+            (run_id,),
+        )
+        assert await cur.fetchone() == {"old": True}  # the spans keep their own times
+    # In the day partition of its end (the default partition had caught it, and the next
+    # retention pass deleted it).
+    assert [(r["part"] == r["day"], r["now"]) for r in stored] == [(True, True)]
