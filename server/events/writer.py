@@ -23,8 +23,12 @@ from server.events.log import (
     load_head,
 )
 from server.events.store import STATEMENT_MAX
+from server.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# The installation's default (`AGENTRT_EVENT_LINGER_S`); the executor passes the setting.
+EVENT_LINGER_S: float = Settings.model_fields["event_linger_s"].default
 
 
 # Events that report what a step did rather than what is under way, and the start of a tool
@@ -80,7 +84,7 @@ class EventWriter:
         max_batch: int = 2000,
         on_stored: Callable[[int], None] | None = None,
         hooks: Sequence[StoreHook] = (),
-        linger_s: float = 0.2,
+        linger_s: float = EVENT_LINGER_S,
         pace_s: float = 0.025,
     ) -> None:
         self._pool = pool
