@@ -21,6 +21,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from server.domain import parse_seq
+
 # Postgres refuses a payload of NOTIFY_PAYLOAD_MAX_LENGTH bytes or more (BLCKSZ - NAMEDATALEN
 # - 128: 8000 bytes by default), failing the statement; computed from the server's settings.
 NOTIFY_LIMIT_SQL = (
@@ -55,8 +57,7 @@ def run_of(payload: str) -> str:
 
 def last_seq(payload: str) -> int | None:
     """Return the last seq a payload of the events channel announces (None if unreadable)."""
-    seq = payload.partition("\n")[0].rpartition(":")[2]
-    return int(seq) if seq.isdigit() else None
+    return parse_seq(payload.partition("\n")[0].rpartition(":")[2])
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,9 @@ def carried(payload: str) -> CarriedBatch | None:
     if not sep:
         return None
     ts, sep, body = rest.partition("\n")
-    run_id, _, last = head.rpartition(":")
-    if not sep or not body or not last.isdigit():
+    run_id, _, last_text = head.rpartition(":")
+    last = parse_seq(last_text)
+    if not sep or not body or last is None:
         return None
     events = []
     try:
@@ -93,7 +95,7 @@ def carried(payload: str) -> CarriedBatch | None:
             events.append((int(seq), kind, wire_event(run_id, int(seq), kind, ts, data)))
     except ValueError:
         return None
-    if events[-1][0] != int(last) or events[-1][0] - events[0][0] != len(events) - 1:
+    if events[-1][0] != last or events[-1][0] - events[0][0] != len(events) - 1:
         return None
     return CarriedBatch(run_id, events)
 

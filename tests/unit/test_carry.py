@@ -35,6 +35,10 @@ def test_a_pointer_or_a_malformed_payload_carries_nothing() -> None:
     assert carried(carried_head("run_a", 5, TS) + "3 note {}") is None  # last seq disagrees
     assert carried(carried_head("run_a", 4, TS) + "3 note {}\n5 note {}") is None  # a hole
     assert carried("run_a:x\nts\n1 note {}") is None
+    # Digits `int` refuses, and a seq past bigint, are no seq: nothing, not an exception.
+    for seq in ("\u00b2", "9" * 30):
+        assert carried(f"run_a:{seq}\nts\n1 note {{}}") is None
+        assert last_seq(f"run_a:{seq}") is None
 
 
 def test_recent_batches_serve_a_stream_only_when_they_hold_everything_after_its_cursor() -> None:
