@@ -98,6 +98,7 @@ SAMPLES: list[tuple[AgentrtError, int, str, dict[str, str]]] = [
     (errors.ThreadBusyError("t1", "run_1"), 409, "thread_busy", {"runId": "run_1"}),
     (errors.UnknownGraphError("g"), 422, "unknown_graph", {}),
     (errors.InvalidGraphRequestError("send input or command"), 422, "invalid_graph_request", {}),
+    (errors.UnknownReferenceError("thread t has no checkpoint 'x'"), 422, "unknown_reference", {}),
     (errors.AssistantExistsError("a1"), 409, "assistant_exists", {}),
     (errors.AssistantReadOnlyError("a1"), 409, "assistant_read_only", {}),
     (errors.KnowledgeForbiddenError("needs knowledge-editor"), 403, "forbidden", {}),
