@@ -24,11 +24,23 @@ log = logging.getLogger(__name__)
 
 _RETENTION_LOCK = 7_262_616_020
 _BATCH = 1000
-# Daily partitions: the table and the retention kind that decides when they go.
+
+
+@dataclass(frozen=True)
+class Daily:
+    """A table partitioned by day, and how its retention counts and trims it."""
+
+    kind: str  # the retention setting that decides when its days go
+    counted: str  # the field of `Removed` its removed rows add to
+    dated_by: str  # its partition key: the default partition is trimmed by it
+    weight: str = "1"  # what one row counts for (a span set holds `span_count` spans)
+
+
+# Daily partitions, created ahead and dropped by the retention.
 PARTITIONED = {
-    "run_events": "events_days",
-    "trace_span_sets": "spans_days",
-    "trace_payloads": "spans_days",
+    "run_events": Daily("events_days", "events", "ts"),
+    "trace_span_sets": Daily("spans_days", "spans", "ended_at", weight="span_count"),
+    "trace_payloads": Daily("spans_days", "payloads", "created_at"),
 }
 
 
@@ -143,13 +155,7 @@ async def _drop_partition(
         log.warning("retention: %s is in use; dropping it is left for the next pass", name)
         removed.partitions_deferred.append(name)
         return
-    gone = rows - kept
-    if table == "run_events":
-        removed.events += gone
-    elif table == "trace_span_sets":
-        removed.spans += gone
-    else:
-        removed.payloads += gone
+    _count(removed, table, rows - kept)
     removed.partitions_dropped.append(name)
 
 
@@ -159,8 +165,8 @@ async def _detach_and_drop(
     """In the caller's transaction: detach and drop `name`; return (rows kept, rows before)."""
     await _set_lock_timeout(conn, lock_timeout_s)
     # A set holds `span_count` spans: counted without reading its spans.
-    what = "sum(span_count)" if table == "trace_span_sets" else "count(*)"
-    count = await conn.execute(f'SELECT COALESCE({what}, 0) AS n FROM "{name}"')
+    weight = PARTITIONED[table].weight
+    count = await conn.execute(f'SELECT COALESCE(sum({weight}), 0) AS n FROM "{name}"')
     row = await count.fetchone()
     rows = int(row["n"]) if row else 0
     kept = 0
@@ -201,20 +207,21 @@ async def _drop_partitions(
             (horizon,),
         )
         removed.events += gone.rowcount
-    else:
-        if table == "trace_span_sets":
-            cur = await conn.execute(
-                "WITH gone AS (DELETE FROM trace_span_sets_default WHERE ended_at < %s"
-                " RETURNING span_count) SELECT COALESCE(sum(span_count), 0) AS n FROM gone",
-                (horizon,),
-            )
-            row = await cur.fetchone()
-            removed.spans += int(row["n"]) if row else 0
-        else:
-            gone = await conn.execute(
-                "DELETE FROM trace_payloads_default WHERE created_at < %s", (horizon,)
-            )
-            removed.payloads += gone.rowcount
+        return
+    daily = PARTITIONED[table]
+    cur = await conn.execute(
+        f"WITH gone AS (DELETE FROM {table}_default WHERE {daily.dated_by} < %s"
+        f" RETURNING {daily.weight} AS weight) SELECT COALESCE(sum(weight), 0) AS n FROM gone",
+        (horizon,),
+    )
+    row = await cur.fetchone()
+    _count(removed, table, int(row["n"]) if row else 0)
+
+
+def _count(removed: Removed, table: str, rows: int) -> None:
+    """Add `rows` removed from `table` to what the pass removed."""
+    field_name = PARTITIONED[table].counted
+    setattr(removed, field_name, getattr(removed, field_name) + rows)
 
 
 async def _trim_short_spans(
@@ -320,9 +327,9 @@ async def apply_retention(
                 "events_days": now - timedelta(days=longest_events),
                 "spans_days": now - timedelta(days=longest_spans),
             }
-            for table, kind in PARTITIONED.items():
+            for table, daily in PARTITIONED.items():
                 await _drop_partitions(
-                    conn, table, horizons[kind], settings.retention_lock_timeout_s, removed
+                    conn, table, horizons[daily.kind], settings.retention_lock_timeout_s, removed
                 )
             shorter = {
                 tenant: days

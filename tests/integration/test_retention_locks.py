@@ -163,3 +163,35 @@ async def test_a_deleted_run_takes_its_events_with_it(pool: Pool) -> None:
     for run_id, left in (("run_gone_c", 0), ("run_gone_d", 0), ("run_kept_e", 5)):
         sql = "SELECT count(*) FROM run_events WHERE run_id = %s"
         assert await _scalar(pool, sql, run_id) == left, run_id
+
+
+async def test_spans_and_payloads_the_default_partitions_caught_go_by_their_dates(
+    pool: Pool, settings: Settings
+) -> None:
+    # Days without a partition of their own (the job did not run for weeks): their span sets
+    # and payloads went to the default partitions, which the job trims by each row's date.
+    async with pool.connection() as conn:
+        for days_ago, trace in ((40, "old"), (3, "recent")):
+            await conn.execute(
+                "INSERT INTO trace_span_sets (trace_id, set_id, run_id, tenant_id, ended_at,"
+                " span_count, spans) VALUES (%s, 's1', 'run_x', 't',"
+                " now() - make_interval(days => %s), 3, '[{}, {}, {}]')",
+                (trace, days_ago),
+            )
+            await conn.execute(
+                "INSERT INTO trace_payloads (trace_id, span_id, kind, data, created_at)"
+                " VALUES (%s, 'p1', 'input', '{}', now() - make_interval(days => %s))",
+                (trace, days_ago),
+            )
+    caught = "SELECT count(*) AS n FROM {}_default WHERE trace_id = %s"
+    for table in ("trace_span_sets", "trace_payloads"):
+        for trace in ("old", "recent"):
+            assert await _scalar(pool, caught.format(table), trace) == 1
+
+    removed = await apply_retention(pool, settings)  # spans are kept 14 days
+
+    assert removed is not None
+    assert (removed.spans, removed.payloads) == (3, 1)  # a set counts its spans
+    for table in ("trace_span_sets", "trace_payloads"):
+        assert await _scalar(pool, caught.format(table), "old") == 0
+        assert await _scalar(pool, caught.format(table), "recent") == 1
