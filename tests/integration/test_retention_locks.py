@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from server.db.pool import Pool
-from server.lifecycle.retention import apply_retention, ensure_partitions
+from server.lifecycle.retention import PARTITIONED, apply_retention, ensure_partitions
 from server.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -195,3 +195,14 @@ async def test_spans_and_payloads_the_default_partitions_caught_go_by_their_date
     for table in ("trace_span_sets", "trace_payloads"):
         assert await _scalar(pool, caught.format(table), "old") == 0
         assert await _scalar(pool, caught.format(table), "recent") == 1
+
+
+async def test_the_retention_knows_every_daily_table_and_its_partition_key(pool: Pool) -> None:
+    # A table partitioned by day that the retention does not list would grow for ever.
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT c.relname AS name, pg_get_partkeydef(c.oid) AS key FROM pg_class c"
+            " WHERE c.relkind = 'p' AND c.relnamespace = current_schema()::regnamespace"
+        )
+        found = {r["name"]: r["key"] for r in await cur.fetchall()}
+    assert found == {table: f"RANGE ({d.dated_by})" for table, d in PARTITIONED.items()}
