@@ -32,7 +32,7 @@ class Daily:
 
     kind: str  # the retention setting that decides when its days go
     counted: str  # the field of `Removed` its removed rows add to
-    dated_by: str  # its partition key (a test checks it against the schema)
+    dated_by: str  # its partition key (checked against the schema by a test); trims the default
     weight: str = "1"  # what one row counts for (a span set holds `span_count` spans)
 
 
