@@ -295,9 +295,9 @@ class LangGraphRuns:
                     await asyncio.wait_for(wake.wait(), heartbeat_s)
 
     async def result(self, run_id: str) -> dict[str, Any]:
-        """Return what `wait` and `join` answer: the thread's values, or the run's error."""
+        """Return what `wait` and `join` answer: the values the run left, or its error."""
         run, _ = await self.get(None, run_id)
         if run.status == RunStatus.FAILED:
             return {"__error__": {"error": run.error_type, "message": run.error_message}}
-        state = await self.threads.state(run.conversation_id)
+        state = await self.threads.state_after(run.conversation_id, run_id)
         return to_json(state.values) if state is not None else {}

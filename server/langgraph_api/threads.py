@@ -253,6 +253,23 @@ class ThreadKeeper:
             return None
         return state
 
+    async def state_after(self, thread_id: str, run_id: str) -> StateSnapshot | None:
+        """Return the thread's state as the run left it: its newest checkpoint by that run.
+
+        A later run on the thread (a cron's next firing, a queued run) may already have moved
+        the thread on; a thread with no checkpoint by the run (a run that ended before its
+        first step) answers its current state.
+        """
+        current = await self.state(thread_id)
+        if current is None or (current.metadata or {}).get("run_id") == run_id:
+            return current
+        graph = await self.graph_of(thread_id)
+        async for state in graph.aget_state_history(
+            thread_config(thread_id, None), filter={"run_id": run_id}, limit=1
+        ):
+            return state
+        return current
+
     async def history(self, thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Return the thread's states, newest first (`limit`, `before`, `metadata`)."""
         graph = await self.graph_of(thread_id)

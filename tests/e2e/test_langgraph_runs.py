@@ -126,6 +126,25 @@ async def test_a_background_run_is_joined_and_its_stream_replayed(
     assert [r["run_id"] for r in listed] == [run["run_id"]]
 
 
+async def test_a_late_join_answers_the_values_its_run_left_not_a_later_runs(
+    client: LangGraphClient, fake: FakeOpenAI
+) -> None:
+    fake.script("m-late-join", Reply(text="first answer"), Reply(text="second answer"))
+    tid = (await client.threads.create())["thread_id"]
+    first = await client.runs.create(
+        tid, "tool_agent", input=ask("one"), context={"model": "m-late-join"}
+    )
+    await client.runs.join(tid, first["run_id"])
+    second = await client.runs.wait(
+        tid, "tool_agent", input=ask("two"), context={"model": "m-late-join"}
+    )
+    assert texts(second) == ["one", "first answer", "two", "second answer"]
+    # The thread has moved on; the first run's join (a webhook's body too) is what it left.
+    assert texts(await client.runs.join(tid, first["run_id"])) == ["one", "first answer"]
+    latest = [r["run_id"] for r in await client.runs.list(tid) if r["run_id"] != first["run_id"]]
+    assert texts(await client.runs.join(tid, latest[0])) == texts(second)
+
+
 async def test_streams_of_a_thread_whose_id_is_not_latin_1_name_it_percent_encoded(
     client: LangGraphClient, fake: FakeOpenAI, url: str
 ) -> None:
