@@ -118,7 +118,8 @@ async def sse(
     reader, writer, status, head = await _open(ep, method, path, body, headers)
     try:
         if status != 200:
-            raise RuntimeError(f"{method} {path}: HTTP {status}")
+            said = await asyncio.wait_for(reader.read(2000), 10)
+            raise RuntimeError(f"{method} {path}: HTTP {status}: {said.decode(errors='replace')}")
         pending = b""
         async for chunk in _body_chunks(reader, head):
             now = time.perf_counter()

@@ -9,25 +9,19 @@ of events are drawn, and the frame times while the event list scrolls from top t
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from playwright.async_api import Page
-from psycopg.types.json import Jsonb
 
 from bench.browser import browser_missing, chromium
 from bench.common import Figures, env_for, met, processes, run_async, start_api, stat_line
-from graphs.events import EventType as E
+from bench.seed import seed_long_run
 from server.auth import create_api_key
 from server.db.pool import open_pool
-from server.events.snapshot import apply_event, empty_snapshot
-from server.ids import new_id
 from server.settings import Settings
 
 EVENTS = 100_000
@@ -50,87 +44,6 @@ SCROLL = """async ([steps, pixels]) => {
   const rows = [...list.querySelectorAll('[data-seq]')].map((r) => Number(r.dataset.seq));
   return {frames, lastSeq: Math.max(...rows)};
 }"""
-
-
-async def seed_long_run(
-    conn: psycopg.AsyncConnection[Any], tenant: str, user: str, events: int
-) -> str:
-    """Store a completed run of `events` events (one answer, a delta per character); its id.
-
-    The snapshot is the fold of the same events with the deltas taken as one, which gives the
-    same snapshot as folding them one by one.
-    """
-    run_id, conv, msg = new_id("run"), new_id("conv"), new_id("msg")
-    deltas = events - 5
-    text = "".join("abcdefghij"[n % 10] for n in range(deltas))
-    item = "item_long"
-    start = datetime.now(UTC) - timedelta(minutes=5)
-    step = timedelta(minutes=4) / events
-    head = [
-        (
-            E.RUN_CREATED,
-            {
-                "conversationId": conv,
-                "model": "scripted:long",
-                "modelSource": "request",
-                "agent": "default@0",
-                "inputMessageId": msg,
-            },
-        ),
-        (E.RUN_STARTED, {"attempt": 1, "worker": "bench", "traceId": "0" * 32}),
-        (E.MESSAGE_ITEM_CREATED, {"itemId": item, "role": "assistant", "node": "call_model"}),
-    ]
-    tail = [
-        (
-            E.MESSAGE_ITEM_COMPLETED,
-            {"itemId": item, "status": "completed", "text": text, "reason": None},
-        ),
-        (E.RUN_COMPLETED, {"outputMessageId": None, "output": text}),
-    ]
-    snap = empty_snapshot(run_id)
-    folded = [*head, (E.MESSAGE_ITEM_DELTA, {"itemId": item, "delta": text}), *tail]
-    for seq, (kind, data) in enumerate(folded, start=1):
-        apply_event(snap, seq, kind.value, data)
-    snap["lastEventId"] = events
-    await conn.execute(
-        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, %s, %s)",
-        (conv, tenant, user),
-    )
-    await conn.execute(
-        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
-        " VALUES (%s, %s, %s, %s, 'user', 'write a long answer')",
-        (msg, conv, tenant, user),
-    )
-    await conn.execute(
-        "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id,"
-        " status, attempt, last_event_seq, created_at, started_at, finished_at,"
-        " updated_at) VALUES (%s, %s, %s, %s, 'scripted:long', %s, 'completed', 1, %s,"
-        " %s, %s, %s, %s)",
-        (
-            run_id,
-            conv,
-            tenant,
-            user,
-            msg,
-            events,
-            start,
-            start,
-            start + timedelta(minutes=4),
-            start + timedelta(minutes=4),
-        ),
-    )
-    await conn.execute(
-        "INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%s, %s, %s)",
-        (run_id, events, Jsonb(snap)),
-    )
-    rows = [*head, *((E.MESSAGE_ITEM_DELTA, {"itemId": item, "delta": c}) for c in text), *tail]
-    async with (
-        conn.cursor() as cur,
-        cur.copy("COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN") as copy,
-    ):
-        for seq, (kind, data) in enumerate(rows, start=1):
-            await copy.write_row((run_id, seq, kind.value, start + step * seq, 1, json.dumps(data)))
-    return run_id
 
 
 async def load_page(page: Page, url: str) -> tuple[float, float, float]:

@@ -1,9 +1,13 @@
 """A run with 100,000 events: snapshot, reconnect near the end, full replay, write throughput.
 
-The run is real: the worker executes a calculator call, then a scripted answer streamed one
-character per chunk, so every character is one `message.item.delta` event. Baselines, in
-the same run: the same reads on a small run (27 events), Postgres reading and COPYing the
-same rows with nothing of ours around it.
+A worker joins the text pieces of an answer that come together into one
+`message.item.delta` (docs/decisions/2024), so no real run of this machine stores 100,000
+events for an answer of 100,000 characters: the 100,000-event run is seeded straight into the
+tables (`bench.console.seed_long_run`: one delta per character, as the log stored them before
+the join), and read through the API. A real run streaming such an answer one character per
+chunk is measured beside it: how fast its text reaches the log, in how many events.
+Baselines, in the same run: the same reads on a small real run, Postgres reading and COPYing
+the same rows with nothing of ours around it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from bench.common import (
 )
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
+from bench.seed import seed_long_run
 from graphs.events import EventType
 from server.db.pool import Conn, Pool, open_pool
 from server.events.log import NewEvent, append_events
@@ -100,15 +105,17 @@ async def writer_capacity(pool: Pool, events: int) -> float:
         )
     writer = EventWriter(pool, head)
     started = time.perf_counter()
-    writer.emit(EventType.MESSAGE_ITEM_CREATED, {"itemId": "item", "role": "assistant"})
+    for item in ("item0", "item1"):
+        writer.emit(EventType.MESSAGE_ITEM_CREATED, {"itemId": item, "role": "assistant"})
     for n in range(events):
-        writer.emit(EventType.MESSAGE_ITEM_DELTA, {"itemId": "item", "delta": "x"})
+        # Two items in turn: adjacent deltas of one item would be joined into one row.
+        writer.emit(EventType.MESSAGE_ITEM_DELTA, {"itemId": f"item{n % 2}", "delta": "x"})
         if n % 100 == 0:
             await asyncio.sleep(0)  # let the writer commit while "tokens" keep coming
     await writer.flush()
     took = time.perf_counter() - started
     await writer.close()
-    return (events + 1) / took
+    return (events + 2) / took
 
 
 async def raw_copy(database_url: str, events: int, batch: int = 2000) -> float:
@@ -140,10 +147,15 @@ async def raw_read(database_url: str, run_id: str, page: int = 5000) -> float:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         started, cursor, count = time.perf_counter(), 0, 0
         while True:
+            # The replay's statement: the bounds on `ts` let Postgres skip the daily partitions
+            # outside the run's lifetime.
             cur = await conn.execute(
-                "SELECT seq, type, ts, data::text FROM run_events WHERE run_id = %s AND seq > %s"
-                " ORDER BY seq LIMIT %s",
-                (run_id, cursor, page),
+                "SELECT seq, type, ts, data::text FROM run_events WHERE run_id = %(run)s"
+                " AND seq > %(after)s"
+                " AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)"
+                " AND ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)"
+                " ORDER BY seq LIMIT %(limit)s",
+                {"run": run_id, "after": cursor, "limit": page},
             )
             rows = await cur.fetchall()
             if not rows:
@@ -160,25 +172,32 @@ async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f:
         await agentrt_run(ep, conv)  # warm up
 
     posted = time.perf_counter()
-    big = await post(ep, "scripted:long")
-    record = await wait_done(ep, big, 900)
+    streamed = await post(ep, "scripted:long")
+    await wait_done(ep, streamed, 900)
     wall = time.perf_counter() - posted
-    last = int(record["lastEventId"])  # type: ignore[call-overload]
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT min(ts) FILTER (WHERE type = 'message.item.created'),"
-            " max(ts), count(*) FROM run_events WHERE run_id = %s",
-            (big,),
+            "SELECT min(ts) FILTER (WHERE type = 'message.item.created'), max(ts),"
+            " count(*) FILTER (WHERE type = 'message.item.delta') FROM run_events"
+            " WHERE run_id = %s",
+            (streamed,),
         )
-        first_ts, last_ts, stored = await cur.fetchone()  # type: ignore[misc]
-    during = (stored - 5) / (last_ts - first_ts).total_seconds()
+        first_ts, last_ts, deltas = await cur.fetchone()  # type: ignore[misc]
+        cur = await conn.execute("SELECT tenant_id, user_id FROM runs WHERE id = %s", (small,))
+        tenant, user = await cur.fetchone()  # type: ignore[misc]
+        async with conn.transaction():
+            big = await seed_long_run(conn, tenant, user, events)
+        cur = await conn.execute("SELECT count(*) FROM run_events WHERE run_id = %s", (big,))
+        (stored,) = await cur.fetchone()  # type: ignore[misc]
+    last = events
+    chars_per_s = (events - OTHER_EVENTS) / (last_ts - first_ts).total_seconds()
 
     snap_big = await timed(repeats * 10, lambda: request(ep, "GET", f"/api/runs/{big}/snapshot"))
     snap_small = await timed(
         repeats * 10, lambda: request(ep, "GET", f"/api/runs/{small}/snapshot")
     )
     reconnect = [
-        await sse(ep, f"/api/runs/{big}/events", last_event_id=last - 100)
+        await sse(ep, f"/api/runs/{big}/events", last_event_id=max(last - 100, 0))
         for _ in range(repeats * 10)
     ]
     small_replay = [await sse(ep, f"/api/runs/{small}/events") for _ in range(repeats * 10)]
@@ -200,8 +219,10 @@ async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f:
     small_end = [r.end - r.start for r in small_replay]
     med = statistics.median
     f.add(
-        f"The run: {stored:,} events stored ({last:,} seq), produced in {wall:.1f} s from the "
-        f"POST to `run.completed`."
+        f"The 100,000-event run: {stored:,} events stored (seq 1 to {last:,}), seeded (one "
+        f"delta per character). The real run beside it streamed an answer of "
+        f"{events - OTHER_EVENTS:,} characters one per chunk in {wall:.1f} s from the POST to "
+        f"`run.completed`; the log stored its text as {deltas:,} deltas."
     )
     f.add("")
     f.add("| measure | 100,000-event run | baseline | ratio | target |")
@@ -226,8 +247,9 @@ async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f:
         f"≥ 50,000/s {met(med(replays) >= 50_000)} |"
     )
     f.add(
-        f"| write while the run produces events | {during:,.0f} events/s | | | "
-        f"≥ 20,000/s {met(during >= 20_000)} |"
+        f"| text stored while a real run streams it one character per chunk | "
+        f"{chars_per_s:,.0f} characters/s in {deltas:,} events | | | "
+        f"≥ 20,000/s {met(chars_per_s >= 20_000)} |"
     )
     f.add(
         f"| write capacity of the log (EventWriter, group commit) | {med(capacity):,.0f} "
@@ -236,9 +258,11 @@ async def measure(database_url: str, ep: Endpoint, events: int, repeats: int, f:
     )
     f.add("")
     f.add(
-        "The write rate while the run produces events is bounded by the producer (LangGraph "
-        "streaming one chunk per character through the scripted model); the capacity row is "
-        "the log alone, fed as fast as `emit` can be called."
+        "The text rate of the real run is bounded by its producer (LangGraph streaming one "
+        "chunk per character through the scripted model); the worker joins the pieces that "
+        "come together into one delta. The capacity row is the log alone, fed as fast as "
+        "`emit` can be called with deltas of two items in turn, which the writer cannot join, "
+        "so each is a row."
     )
 
 

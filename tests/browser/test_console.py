@@ -12,7 +12,7 @@ import re
 import psycopg
 from playwright.async_api import BrowserContext, Page, Route, expect
 
-from bench.console import seed_long_run
+from bench.seed import seed_long_run
 from tests.browser.conftest import STORY, Console, shot, start_run
 from tests.support.live import wait_for_status
 
