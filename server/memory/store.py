@@ -28,7 +28,7 @@ from nodes.models.caller import ModelPolicy
 from nodes.models.usage import Pricer
 from server.db.pool import Pool, migration_lock
 from server.errors import MemoryConfigError
-from server.memory.flat import COVERING_INDEX, FlatMemoryStore
+from server.memory.flat import COVERING_INDEX, FlatMemoryStore, IndexedMemoryStore
 from server.observability.tracing import Tracing
 from server.settings import Settings
 from server.usage.pricing import load_litellm
@@ -258,12 +258,11 @@ async def open_memory_store(
     Raises:
         MemoryConfigError: the stored vectors have another size than the embedder's.
     """
-    cls = AsyncPostgresStore if kind == "hnsw" else FlatMemoryStore
+    cls = IndexedMemoryStore if kind == "hnsw" else FlatMemoryStore
     store = cls(pool, index=index_config(embedder, kind))
     async with migration_lock(pool) as conn:
         await store.setup()
-        if kind != "hnsw":
-            await conn.execute(COVERING_INDEX)
+        await conn.execute(COVERING_INDEX)  # recall's, with the HNSW index too
         views = resources.files("server.memory").joinpath("views.sql").read_text("utf-8")
         for statement in views.split(";\n"):
             if "CREATE" in statement:  # one statement per call (no multi-statement prepare)
