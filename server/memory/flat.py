@@ -116,4 +116,4 @@ class IndexedMemoryStore(FlatMemoryStore):
     the index; filtered searches and prefixes above a namespace use the index.
     """
 
-    VECTOR_MIGRATIONS = VECTOR_MIGRATIONS
+    VECTOR_MIGRATIONS = list(VECTOR_MIGRATIONS)
