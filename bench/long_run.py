@@ -34,7 +34,7 @@ from bench.common import (
 )
 from bench.engine import AGENT_SCRIPT, TOOL_TURN
 from bench.overhead import agentrt_run, conversations
-from bench.seed import seed_long_run
+from bench.seed import seed_conversation, seed_long_run
 from graphs.events import EventType
 from server.db.pool import Conn, Pool, open_pool
 from server.events.log import NewEvent, append_events
@@ -77,15 +77,7 @@ async def timed(repeats: int, make: object) -> list[float]:
 async def bare_run(conn: Conn, tenant: str, user: str) -> str:
     """Insert a queued run (and its conversation and message) straight into the tables."""
     run_id, conv, msg = new_id("run"), new_id("conv"), new_id("msg")
-    await conn.execute(
-        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, %s, %s)",
-        (conv, tenant, user),
-    )
-    await conn.execute(
-        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
-        " VALUES (%s, %s, %s, %s, 'user', 'go')",
-        (msg, conv, tenant, user),
-    )
+    await seed_conversation(conn, conv, msg, tenant, user, "go")
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id)"
         " VALUES (%s, %s, %s, %s, 'bench', %s)",

@@ -14,6 +14,21 @@ from server.events.snapshot import apply_event, empty_snapshot
 from server.ids import new_id
 
 
+async def seed_conversation(
+    conn: psycopg.AsyncConnection[Any], conv: str, msg: str, tenant: str, user: str, text: str
+) -> None:
+    """Insert conversation `conv` holding one user message `msg` that says `text`."""
+    await conn.execute(
+        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, %s, %s)",
+        (conv, tenant, user),
+    )
+    await conn.execute(
+        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
+        " VALUES (%s, %s, %s, %s, 'user', %s)",
+        (msg, conv, tenant, user, text),
+    )
+
+
 async def seed_long_run(
     conn: psycopg.AsyncConnection[Any], tenant: str, user: str, events: int
 ) -> str:
@@ -54,15 +69,7 @@ async def seed_long_run(
     for seq, (kind, data) in enumerate(folded, start=1):
         apply_event(snap, seq, kind.value, data)
     snap["lastEventId"] = events
-    await conn.execute(
-        "INSERT INTO conversations (id, tenant_id, user_id) VALUES (%s, %s, %s)",
-        (conv, tenant, user),
-    )
-    await conn.execute(
-        "INSERT INTO messages (id, conversation_id, tenant_id, user_id, role, content)"
-        " VALUES (%s, %s, %s, %s, 'user', 'write a long answer')",
-        (msg, conv, tenant, user),
-    )
+    await seed_conversation(conn, conv, msg, tenant, user, "write a long answer")
     await conn.execute(
         "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model, input_message_id,"
         " status, attempt, last_event_seq, created_at, started_at, finished_at,"
