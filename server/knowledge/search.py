@@ -316,8 +316,8 @@ class PostgresKnowledgeSearch:
         # A generic plan: the statement's text repeats, and planning it again for every
         # search cost 2 to 4 ms at 100,000 chunks without changing its shape (ADR 1404).
         # Only for this statement: SET LOCAL ends with its transaction. Not with an HNSW
-        # vector list: a generic plan does not know its LIMIT and sorted every chunk instead
-        # of walking the index (ADR 2037).
+        # vector list: a generic plan does not know its LIMIT, and the list took 52 ms under
+        # it at 100,000 chunks against 3.6 ms planned with its values (ADR 2037).
         async with conn.transaction():
             if method == "text" or self.probes:
                 await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
