@@ -3,7 +3,7 @@
 A worker joins the text pieces of an answer that come together into one
 `message.item.delta` (docs/decisions/2024), so no real run of this machine stores 100,000
 events for an answer of 100,000 characters: the 100,000-event run is seeded straight into the
-tables (`bench.console.seed_long_run`: one delta per character, as the log stored them before
+tables (`bench.seed.seed_long_run`: one delta per character, as the log stored them before
 the join), and read through the API. A real run streaming such an answer one character per
 chunk is measured beside it: how fast its text reaches the log, in how many events.
 Baselines, in the same run: the same reads on a small real run, Postgres reading and COPYing
@@ -37,7 +37,7 @@ from bench.overhead import agentrt_run, conversations
 from bench.seed import seed_conversation, seed_long_run
 from graphs.events import EventType
 from server.db.pool import Conn, Pool, open_pool
-from server.events.log import NewEvent, append_events
+from server.events.log import READ_EVENTS, NewEvent, append_events
 from server.events.writer import EventWriter
 from server.ids import new_id
 from server.settings import Settings
@@ -139,14 +139,10 @@ async def raw_read(database_url: str, run_id: str, page: int = 5000) -> float:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         started, cursor, count = time.perf_counter(), 0, 0
         while True:
-            # The replay's statement: the bounds on `ts` let Postgres skip the daily partitions
-            # outside the run's lifetime.
+            # The replay's statement (its bounds on `ts` skip the daily partitions outside the
+            # run's lifetime), without our encoding and HTTP around it.
             cur = await conn.execute(
-                "SELECT seq, type, ts, data::text FROM run_events WHERE run_id = %(run)s"
-                " AND seq > %(after)s"
-                " AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)"
-                " AND ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)"
-                " ORDER BY seq LIMIT %(limit)s",
+                READ_EVENTS,
                 {"run": run_id, "after": cursor, "limit": page},
             )
             rows = await cur.fetchall()

@@ -124,7 +124,7 @@ def head_of(run_id: str, row: Mapping[str, Any]) -> RunHead:
     )
 
 
-# The events a stored snapshot lags behind, within the run's lifetime (see `_READ`).
+# The events a stored snapshot lags behind, within the run's lifetime (see `READ_EVENTS`).
 _TAIL = """
 SELECT seq, type, data FROM run_events
 WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upto)s
@@ -428,7 +428,7 @@ def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
 
 # The bounds on `ts` let Postgres skip the daily partitions outside the run's lifetime (at
 # execution, from the run's row); a day of margin covers clock skew between hosts.
-_READ = """
+READ_EVENTS = """
 SELECT seq, type, ts, data::text AS data FROM run_events
 WHERE run_id = %(run)s AND seq > %(after)s
   AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
@@ -441,7 +441,7 @@ async def read_events(
     conn: Conn, run_id: str, after: int, limit: int
 ) -> list[tuple[int, str, str]]:
     """Return up to `limit` events after `after` as (seq, type, wire JSON), oldest first."""
-    cur = await conn.execute(_READ, {"run": run_id, "after": after, "limit": limit})
+    cur = await conn.execute(READ_EVENTS, {"run": run_id, "after": after, "limit": limit})
     return [
         (r["seq"], r["type"], encode_event(run_id, r["seq"], r["type"], r["ts"], r["data"]))
         for r in await cur.fetchall()

@@ -260,10 +260,12 @@ class ThreadKeeper:
         the thread on; a thread with no checkpoint by the run (a run that ended before its
         first step) answers its current state.
         """
-        current = await self.state(thread_id)
+        async with self.pool.connection() as conn:
+            row = await self.row(conn, thread_id)
+        current = await self.state(thread_id, row=row)
         if current is None or (current.metadata or {}).get("run_id") == run_id:
             return current
-        graph = await self.graph_of(thread_id)
+        graph = await self.graph_of(thread_id, row)
         async for state in graph.aget_state_history(
             thread_config(thread_id, None), filter={"run_id": run_id}, limit=1
         ):
