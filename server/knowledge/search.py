@@ -313,14 +313,15 @@ class PostgresKnowledgeSearch:
         sql = hybrid_sql(
             models, method=method, filters=_filter_sql(query.filters, params), probes=self.probes
         )
-        # A generic plan: the statement's text repeats, and planning it again for every
-        # search cost 2 to 4 ms at 100,000 chunks without changing its shape (ADR 1404).
-        # Only for this statement: SET LOCAL ends with its transaction. Not with an HNSW
-        # vector list: a generic plan does not know its LIMIT, and the list took 52 ms under
-        # it at 100,000 chunks against 3.6 ms planned with its values (ADR 2037).
+        # Planned with its values, every time (ADR 2038): a generic plan knows neither the
+        # query's words nor the LIMIT's reach, and its shape followed the table's state. On a
+        # base just loaded, the full-text pairs' tier walked the base's `kb_id` index and
+        # read every chunk (100,000 chunks: 154 ms against 11 ms); with HNSW the vector list
+        # sorted every chunk (52 ms against 3.6 ms, ADR 2037). Forced, not left to `auto`,
+        # which may switch to the generic plan after five searches; only for this
+        # statement: SET LOCAL ends with its transaction.
         async with conn.transaction():
-            if method == "text" or self.probes:
-                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
         names = {b["id"]: b["name"] for b in bases}
