@@ -136,8 +136,24 @@ async def test_kill_9_mid_run_completes_on_another_worker_with_the_in_process_st
     assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
     assert parts[0].event == "metadata"
     served = [(x.reply.text, len(x.body["messages"])) for x in fake.served_for(MODEL)]
-    assert normalise([[p.event, p.data] for p in parts[1:]]) == normalise(expected), served
+    got = normalise([[p.event, p.data] for p in parts[1:]])
+    # pytest cuts a long diff: the message names each part, so a failure says which differ.
+    why = f"served {served}; got {_outline(got)}; want {_outline(normalise(expected))}"
+    assert got == normalise(expected), why
     assert events.count("event: run.started") == 2 and "lease expired" in events
+
+
+def _outline(parts: list[Any]) -> list[str]:
+    """Each stream part in a few words: its mode, the messages' types or the nodes updated."""
+    out = []
+    for mode, data in parts:
+        if mode == "values" and isinstance(data, dict):
+            out.append(f"values:{'/'.join(m.get('type', '?') for m in data.get('messages', []))}")
+        elif mode == "updates" and isinstance(data, dict):
+            out.append(f"updates:{'/'.join(data)}")
+        else:
+            out.append(f"{mode}:{str(data)[:40]}")
+    return out
 
 
 CHECKPOINT_MODES = ["values", "checkpoints", "debug"]
