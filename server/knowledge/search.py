@@ -317,9 +317,9 @@ class PostgresKnowledgeSearch:
         # query's words nor the LIMIT's reach, and its shape followed the table's state. On a
         # base just loaded, the full-text pairs' tier walked the base's `kb_id` index and
         # read every chunk (100,000 chunks: 154 ms against 11 ms); with HNSW the vector list
-        # took 52 ms against 3.6 ms (ADR 2037). Forced, not left to `auto`,
-        # which may switch to the generic plan after five searches; only for this
-        # statement: SET LOCAL ends with its transaction.
+        # took 52 ms against 3.6 ms (ADR 2037). Forced, not left to `auto`, which may switch
+        # to the generic plan after five searches; only for this statement: SET LOCAL ends
+        # with its transaction.
         async with conn.transaction():
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             cur = await conn.execute(sql, params)

@@ -242,9 +242,9 @@ async def test_the_vector_list_uses_the_hnsw_index(pool: Pool, settings: Setting
 async def test_a_search_walks_the_hnsw_index_as_it_runs_not_only_as_explained(
     pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
 ) -> None:
-    # The search runs its statement with its parameters bound. Run under a generic plan, which
-    # does not know the LIMIT, it sorted every chunk by distance instead (10,000 chunks:
-    # 52 ms at the median against 3.6 ms at 100,000 with the index).
+    # The search runs its statement with its parameters bound. Under a generic plan, which
+    # does not know the LIMIT, the vector list took 52 ms at the median at 100,000 chunks,
+    # against 3.6 ms planned with its values (docs/decisions/2037).
     assert knowledge_index_kind(settings) == "hnsw"
     await knowledge_bench.seed(pool, settings, "hnswwalk", 10_000, random.Random(7))
     index = f"kb_chunks_hnsw_{settings.embedding_dims}"
