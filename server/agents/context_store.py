@@ -61,11 +61,14 @@ class PostgresSummaryStore:
 async def run_manifests(
     conn: Conn, run_id: str, step: int | None = None, attempt: int | None = None
 ) -> list[dict[str, Any]]:
-    """Return a run's context manifests in (step, attempt) order, optionally filtered."""
+    """Return a run's context manifests in (step, attempt) order, optionally filtered.
+
+    A step built twice in one attempt (run again) has the latest manifest returned.
+    """
     cur = await conn.execute(
-        "SELECT step, attempt, event_seq, created_at, manifest FROM context_manifests"
-        " WHERE run_id = %s AND (%s::int IS NULL OR step = %s)"
-        " AND (%s::int IS NULL OR attempt = %s) ORDER BY step, attempt",
+        "SELECT DISTINCT ON (step, attempt) step, attempt, event_seq, created_at, manifest"
+        " FROM context_manifests WHERE run_id = %s AND (%s::int IS NULL OR step = %s)"
+        " AND (%s::int IS NULL OR attempt = %s) ORDER BY step, attempt, event_seq DESC",
         (run_id, step, step, attempt, attempt),
     )
     return [

@@ -28,6 +28,7 @@ from server import jsontext
 from server.db.pool import Conn, pipelined_transaction
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
+from server.events import manifests
 from server.events.carry import carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
@@ -125,6 +126,7 @@ def head_of(run_id: str, row: Mapping[str, Any]) -> RunHead:
 
 
 # The events a stored snapshot lags behind, within the run's lifetime (see `READ_EVENTS`).
+# A manifest's stub is folded as it is stored: the snapshot takes nothing from a manifest.
 _TAIL = """
 SELECT seq, type, data FROM run_events
 WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upto)s
@@ -366,6 +368,7 @@ def _params(
     completed = next((e for e in reversed(stored) if e.type == EventType.RUN_COMPLETED), None)
     usage_changed = any(e.type == EventType.USAGE for e in stored)
     datas = [jsontext.dumps(e.data) for e in stored]
+    stubs = [manifests.stub_text(e.type, e.data) for e in stored]
     release = (
         is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
@@ -396,8 +399,13 @@ def _params(
         "attempt": new.attempt,
         # The batch as one JSON array: psycopg dumps one string in C, where three arrays
         # went through its Python array dumper, element by element.
-        "events": _batch_json(stored, datas),
+        "events": _batch_json(stored, datas, stubs),
         "datas": datas,
+        # What the log stores of each event (COPY): a manifest's stub, or the data itself.
+        "stored_datas": [
+            data if stub is None else stub for data, stub in zip(datas, stubs, strict=True)
+        ],
+        "manifests": any(stub is not None for stub in stubs),
         "events_channel": EVENTS_CHANNEL,
         "payload": pointer(head.run_id, new.seq),
         "carried": carried_head(head.run_id, new.seq, now),
@@ -406,16 +414,20 @@ def _params(
     }
 
 
-def _batch_json(stored: list[StoredEvent], datas: list[str]) -> str:
+def _batch_json(stored: list[StoredEvent], datas: list[str], stubs: list[str | None]) -> str:
     """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
 
-    Each data is already JSON text, and is put in as it is.
+    Each data is already JSON text, and is put in as it is. An event whose manifest is kept
+    in its table has its stub as `data` and its data as `manifest` (server/events/manifests.py).
     """
     return (
         "["
         + ",".join(
             f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{data}}}'
-            for e, data in zip(stored, datas, strict=True)
+            if stub is None
+            else f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{stub},'
+            f'"manifest":{data}}}'
+            for e, data, stub in zip(stored, datas, stubs, strict=True)
         )
         + "]"
     )
@@ -428,12 +440,13 @@ def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
 
 # The bounds on `ts` let Postgres skip the daily partitions outside the run's lifetime (at
 # execution, from the run's row); a day of margin covers clock skew between hosts.
-READ_EVENTS = """
-SELECT seq, type, ts, data::text AS data FROM run_events
-WHERE run_id = %(run)s AND seq > %(after)s
-  AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
-  AND ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)
-ORDER BY seq LIMIT %(limit)s
+# A manifest's stub is read with its manifest put back (server/events/manifests.py).
+READ_EVENTS = f"""
+SELECT e.seq, e.type, e.ts, ({manifests.EVENT_DATA})::text AS data FROM run_events e
+WHERE e.run_id = %(run)s AND e.seq > %(after)s
+  AND e.ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
+  AND e.ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)
+ORDER BY e.seq LIMIT %(limit)s
 """
 
 

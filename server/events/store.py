@@ -17,6 +17,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 
 from graphs.events import EventType
 from server.db.pool import Conn, pipelined_transaction
+from server.events import manifests
 from server.events.carry import NOTIFY_LIMIT_SQL
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 
@@ -77,7 +78,7 @@ UPDATE runs SET
     deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
 WHERE id = %(id)s AND last_event_seq = %(prev)s
   AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
-RETURNING id
+RETURNING id, tenant_id
 """
 # The run's snapshot, when the append stores it (docs/decisions/2010).
 _KEPT = "ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot"
@@ -89,23 +90,28 @@ INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(sna
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
-# be (`snapshot` is NULL when not), store the events, notify listeners with the batch itself
-# as stored (server/events/carry.py), or a pointer if it would not fit.
+# be (`snapshot` is NULL when not), store the events and the manifests kept beside them
+# (server/events/manifests.py), notify listeners with the batch as a read of the log returns
+# it (server/events/carry.py: jsonb's text of each event's data, the manifest's for a stub),
+# or a pointer if it would not fit.
 def _append_sql(moved: str, result: str) -> str:
     return f"""
 WITH moved AS ({moved}), kept AS (
     INSERT INTO run_snapshots (run_id, seq, snapshot)
     SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
     {_KEPT}
+), batch AS (
+    SELECT * FROM jsonb_to_recordset(%(events)s::jsonb)
+        AS b(seq bigint, type text, data jsonb, manifest jsonb)
 ), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
-    SELECT moved.id, e.seq, e.type, %(ts)s, %(attempt)s, e.data
-    FROM moved, jsonb_to_recordset(%(events)s::jsonb) AS e(seq bigint, type text, data jsonb)
-    RETURNING seq, type, data::text AS data
+    SELECT moved.id, b.seq, b.type, %(ts)s, %(attempt)s, b.data FROM moved, batch b
+), manifests AS ({manifests.insert_sql("moved, batch b", "true", "moved.id", "moved.tenant_id")}
 ), carried AS (
-    SELECT %(carried)s || string_agg(seq || ' ' || type || ' ' || data, E'\\n' ORDER BY seq)
-        AS payload
-    FROM stored
+    SELECT %(carried)s || string_agg(
+            b.seq || ' ' || b.type || ' ' || COALESCE(b.manifest, b.data)::text,
+            E'\\n' ORDER BY b.seq) AS payload
+    FROM batch b WHERE EXISTS (SELECT FROM moved)
 ), woken AS (
     SELECT pg_notify(%(events_channel)s, CASE
         WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
@@ -126,6 +132,15 @@ _APPEND = _append_sql(
 _APPEND_UNREAD = _append_sql(
     _MOVE,
     "SELECT agentrt_appended((SELECT count(*) FROM moved), %(id)s, (SELECT count(*) FROM woken))",
+)
+
+
+# The manifests of a batch stored by COPY, in its transaction.
+_COPIED_MANIFESTS = manifests.insert_sql(
+    "runs r, jsonb_to_recordset(%(events)s::jsonb) AS b(seq bigint, manifest jsonb)",
+    "r.id = %(id)s",
+    "r.id",
+    "r.tenant_id",
 )
 
 
@@ -249,10 +264,12 @@ async def _append_by_copy(
         async with cur.copy(
             "COPY run_events (run_id, seq, type, ts, attempt, data) FROM STDIN"
         ) as copy:
-            for ev, data in zip(stored, params["datas"], strict=True):
+            for ev, data in zip(stored, params["stored_datas"], strict=True):
                 await copy.write_row(
                     (ev.run_id, ev.seq, str(ev.type), ev.ts, params["attempt"], data)
                 )
+        if params["manifests"]:
+            await cur.execute(_COPIED_MANIFESTS, params)
         for hook, found in hooked:
             await hook.store(cur, params["id"], found)
         await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))

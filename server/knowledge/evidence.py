@@ -21,7 +21,7 @@ async def _kept_by_manifest(conn: Conn, run_id: str) -> dict[int, list[str]]:
     """Chunk ids the `knowledge` section kept, by step (the latest attempt of each step)."""
     cur = await conn.execute(
         "SELECT DISTINCT ON (step) step, manifest -> 'sections' AS sections"
-        " FROM context_manifests WHERE run_id = %s ORDER BY step, attempt DESC",
+        " FROM context_manifests WHERE run_id = %s ORDER BY step, attempt DESC, event_seq DESC",
         (run_id,),
     )
     kept: dict[int, list[str]] = {}

@@ -17,6 +17,7 @@ from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run
 from server.events.log import encode_event
+from server.events.manifests import EVENT_DATA
 from server.runs.conversations import get_conversation
 from server.runs.views import conversation_view, message_view, run_view
 from server.usage.ledger import call_view
@@ -77,7 +78,7 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "event",
-        "SELECT e.run_id, e.seq, e.type, e.ts, e.data::text AS data FROM runs r"
+        f"SELECT e.run_id, e.seq, e.type, e.ts, ({EVENT_DATA})::text AS data FROM runs r"
         " JOIN run_events e ON e.run_id = r.id AND e.ts >= r.created_at - interval '1 day'"
         " AND e.ts <= r.updated_at + interval '1 day'"
         " WHERE r.conversation_id = %(conversation)s AND r.tenant_id = %(tenant)s"

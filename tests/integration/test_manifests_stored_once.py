@@ -1,0 +1,170 @@
+"""A model call's manifest is stored once, in `context_manifests`; the log keeps a stub.
+
+Every path an append takes (one statement, a pipelined transaction with store hooks, COPY)
+stores the manifest's row and the event's stub together; live frames and every read of the
+log give the event back as it was appended, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from graphs.events import EventType
+from server.agents.context_store import run_manifests
+from server.db.pool import Pool
+from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.notify import Notifier
+from server.usage.ledger import MODEL_CALLS
+from tests.integration.test_carried_notifications import following, notifier, replay, started
+from tests.integration.test_store_hooks import usage_event
+
+pytestmark = pytest.mark.timeout(120)
+__all__ = ["notifier"]  # the fixture, used by name
+
+
+def manifest(step: int, attempt: int = 1, note: str = "") -> dict[str, Any]:
+    """A manifest as the context engine emits one (its size and nesting, not its meaning)."""
+    return {
+        "step": step,
+        "attempt": attempt,
+        "model": "scripted:x",
+        "profile": {"name": "default", "version": 3},
+        "window": 32768,
+        "totalTokens": 60 + step,
+        "tools": ["calculator", "current_time"],
+        "sections": [
+            {"kind": "system", "name": "instructions", "items": 1, "tokens": 31, "note": note},
+            {"kind": "history", "name": "history", "items": step, "budget": 28000, "tokens": 9},
+            {"kind": "current", "name": "current", "items": 1, "budget": None, "tokens": 5},
+        ],
+        "text": 'héllo 日本語 \u2028 "quoted"',
+    }
+
+
+def built(step: int, attempt: int = 1, note: str = "") -> NewEvent:
+    return NewEvent(EventType.CONTEXT_BUILT, manifest(step, attempt, note))
+
+
+async def stored_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
+    """The log's rows of the run's `context.built` events, by seq, as stored."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, data FROM run_events WHERE run_id = %s AND type = 'context.built'",
+            (run_id,),
+        )
+        return {r["seq"]: r["data"] for r in await cur.fetchall()}
+
+
+async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT event_seq, step, attempt, tenant_id, agent_version, total_tokens, manifest"
+            " FROM context_manifests WHERE run_id = %s",
+            (run_id,),
+        )
+        return {r["event_seq"]: r for r in await cur.fetchall()}
+
+
+async def test_every_append_path_stores_the_manifest_once_and_reads_give_it_back(
+    pool: Pool, notifier: Notifier
+) -> None:
+    run_id, generation, head = await started(pool)
+    start = head.seq
+    tail, _ = await following(pool, notifier, run_id, start)
+    batches = [
+        [built(1)],  # one statement
+        [built(2), usage_event("mc_1")],  # a hooked batch: the pipelined transaction
+        [built(3), *[NewEvent("note", {"n": n}) for n in range(80)]],  # COPY
+        [NewEvent(EventType.RUN_COMPLETED, {})],
+    ]
+    appended: dict[int, dict[str, Any]] = {}
+    for batch in batches:
+        async with pool.connection() as conn:
+            head, stored = await append_events(
+                conn, run_id, batch, generation=generation, head=head, hooks=[MODEL_CALLS]
+            )
+        appended |= {e.seq: dict(e.data) for e in stored if e.type == EventType.CONTEXT_BUILT}
+        await tail.until(head.seq)
+    await asyncio.wait_for(tail.task, 60)
+
+    # The log holds a stub; the table holds the manifest, one row per event.
+    rows = await stored_rows(pool, run_id)
+    assert sorted(rows) == sorted(appended) and len(rows) == 3
+    for seq, data in rows.items():
+        assert data == {
+            "step": appended[seq]["step"],
+            "attempt": 1,
+            "storedIn": "context_manifests",
+        }
+    table = await table_rows(pool, run_id)
+    assert sorted(table) == sorted(appended)
+    for seq, row in table.items():
+        assert row["manifest"] == appended[seq]
+        assert (row["step"], row["attempt"], row["tenant_id"]) == (appended[seq]["step"], 1, "t1")
+        assert (row["agent_version"], row["total_tokens"]) == (3, appended[seq]["totalTokens"])
+
+    # A live stream, a replay and a read of the log give the manifest as appended.
+    assert tail.text == await replay(pool, notifier, run_id, start)
+    async with pool.connection() as conn:
+        read = await read_events(conn, run_id, start, 1000)
+        # A head folded from the log (stubs included) is the head the appender kept.
+        await conn.execute("DELETE FROM run_snapshots WHERE run_id = %s", (run_id,))
+        folded = await load_head(conn, run_id, lock=False)
+    by_seq = {seq: json.loads(wire) for seq, _, wire in read}
+    for seq, data in appended.items():
+        assert by_seq[seq]["data"] == data
+    assert folded.snapshot == head.snapshot
+
+
+async def test_a_step_built_twice_keeps_each_manifest_and_readers_take_the_latest(
+    pool: Pool, notifier: Notifier
+) -> None:
+    run_id, generation, head = await started(pool)
+    start = head.seq
+    for note in ("first", "again"):
+        async with pool.connection() as conn:
+            head, _ = await append_events(
+                conn, run_id, [built(1, note=note)], generation=generation, head=head
+            )
+    async with pool.connection() as conn:
+        read = [
+            json.loads(wire)["data"] for _, _, wire in await read_events(conn, run_id, start, 9)
+        ]
+        latest = await run_manifests(conn, run_id, step=1, attempt=1)
+    assert [d["sections"][0]["note"] for d in read] == ["first", "again"]
+    assert len(await table_rows(pool, run_id)) == 2
+    assert [m["sections"][0]["note"] for m in latest] == ["again"]
+    assert latest[0]["eventId"] == head.seq
+
+
+async def test_an_event_stored_whole_is_read_as_stored_and_one_without_a_step_has_no_row(
+    pool: Pool,
+) -> None:
+    run_id, generation, head = await started(pool)
+    whole = manifest(1, note="in the log")
+    async with pool.connection() as conn:
+        # As the log held it before manifests were kept once: the whole data in the event, and
+        # the table's row of the same step rewritten by a later build of that step.
+        await conn.execute(
+            "INSERT INTO run_events (run_id, seq, type, ts, attempt, data)"
+            " VALUES (%s, %s, 'context.built', now(), 1, %s::jsonb)",
+            (run_id, head.seq + 1, json.dumps(whole)),
+        )
+        await conn.execute(
+            "INSERT INTO context_manifests (run_id, step, attempt, event_seq, tenant_id,"
+            " manifest) VALUES (%s, 1, 1, %s, 't1', %s::jsonb)",
+            (run_id, head.seq + 1, json.dumps(manifest(1, note="rewritten"))),
+        )
+        await conn.execute(
+            "UPDATE runs SET last_event_seq = last_event_seq + 1 WHERE id = %s", (run_id,)
+        )
+        head = await load_head(conn, run_id, lock=False)
+        no_step = NewEvent(EventType.CONTEXT_BUILT, {"note": "no step"})
+        head, _ = await append_events(conn, run_id, [no_step], generation=generation, head=head)
+        read = await read_events(conn, run_id, head.seq - 2, 9)
+    assert [json.loads(wire)["data"] for _, _, wire in read] == [whole, {"note": "no step"}]
+    assert sorted(await table_rows(pool, run_id)) == [head.seq - 1]
