@@ -6,7 +6,8 @@
 -- A row is keyed by its event, no longer by (run, step, attempt): a stub finds its own
 -- manifest, and a second `context.built` of the same step and attempt (a step run again)
 -- no longer rewrites the first one's. Readers of a step's manifest take the latest.
--- Events stored whole before this migration keep their data; their rows keep their keys.
+-- Events stored whole before this migration keep their data. The new key's index is built
+-- under an exclusive lock on the table (the table has one row per model call).
 DROP TRIGGER run_events_context_manifest ON run_events;
 DROP FUNCTION agentrt_store_context_manifest();
 ALTER TABLE context_manifests DROP CONSTRAINT context_manifests_pkey;
