@@ -96,14 +96,16 @@ def hybrid_sql(
         )
     if method == "hybrid":
         # Fuzzy names: documents whose title is (nearly) a word of the query, typos included.
-        # `word_similarity` runs only on the titles sharing one of their kept trigrams with
-        # the query (migration 0031); OFFSET 0 keeps it from being pushed below the join.
+        # `word_similarity` runs only on the titles sharing two of their kept trigrams with
+        # the query (migrations 0031 and 0044, docs/decisions/2040); OFFSET 0 keeps it from
+        # being pushed below the join.
         lists.append(
             "(SELECT c.id, 'n' AS list, row_number() OVER (ORDER BY t.sim DESC,"
             " ts_rank(c.tsv, %(any)s::tsquery, 1) DESC, c.position) AS r FROM (SELECT s.id, s.sim"
-            " FROM (SELECT d.id, word_similarity(d.title, %(text)s) AS sim FROM (SELECT DISTINCT"
+            " FROM (SELECT d.id, word_similarity(d.title, %(text)s) AS sim FROM (SELECT"
             " g.document_id FROM kb_title_trigrams g WHERE g.trigram = ANY(show_trgm(%(text)s))"
-            " AND g.kb_id = ANY(%(kbs)s)) g JOIN kb_documents d ON d.id = g.document_id"
+            " AND g.kb_id = ANY(%(kbs)s) GROUP BY g.document_id HAVING count(*) >= 2) g"
+            " JOIN kb_documents d ON d.id = g.document_id"
             f" OFFSET 0) s WHERE s.sim >= {TITLE_SIMILARITY}::float8 ORDER BY s.sim DESC LIMIT 3) t"
             f" JOIN kb_chunks c ON c.document_id = t.id WHERE true{filters}"
             " ORDER BY t.sim DESC, ts_rank(c.tsv, %(any)s::tsquery, 1) DESC, c.position"

@@ -162,9 +162,9 @@ async def test_a_title_is_found_through_its_kept_trigrams_typos_included(
         )
         kept = {r["document_id"]: r["n"] for r in await cur.fetchall()}
     # One row per kept trigram of each title, renewed when the title changes: "Plant notes 0"
-    # has 14 trigrams and keeps 14 - 8 + 1; "Reykjavik harbour" 18, keeps 18 - 10 + 1.
-    assert kept["doc_titled_0"] == 7
-    assert kept["doc_titled_1"] == 9
+    # has 14 trigrams and keeps 14 - 8 + 2; "Reykjavik harbour" 18, keeps 18 - 10 + 2.
+    assert kept["doc_titled_0"] == 8
+    assert kept["doc_titled_1"] == 10
     for text in ("harbour of reykjavk", "what about the reykjavik harbor?"):
         query = KnowledgeQuery(text, TENANT, knowledge_bases=["titled"], top_k=3)
         hits = (await search.search(query)).hits
@@ -177,10 +177,11 @@ async def test_a_title_is_found_through_its_kept_trigrams_typos_included(
         assert (await cur.fetchone() or {})["n"] == 0
 
 
-async def test_every_title_a_question_nearly_holds_shares_a_kept_trigram_with_it(
+async def test_every_title_a_question_nearly_holds_shares_two_kept_trigrams_with_it(
     pool: Pool,
 ) -> None:
-    # The title list's candidates never miss a title `word_similarity` would keep.
+    # The title list's candidates (two kept trigrams shared) never miss a title
+    # `word_similarity` would keep.
     rng = random.Random(5)
     words = [*WORDS, "norway", "climate", "manual", "42", "x", "ab", "Reykjavik"]
     titles = [" ".join(rng.sample(words, rng.randint(1, 3))) for _ in range(150)]
@@ -191,13 +192,43 @@ async def test_every_title_a_question_nearly_holds_shares_a_kept_trigram_with_it
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE word_similarity(t, q) >= 0.6) AS kept,"
             " count(*) FILTER (WHERE word_similarity(t, q) >= 0.6"
-            " AND NOT agentrt_kb_title_trigrams(t) && show_trgm(q)) AS missed"
+            " AND (SELECT count(*) FROM unnest(agentrt_kb_title_trigrams(t)) AS k"
+            "      WHERE k = ANY(show_trgm(q))) < 2) AS missed"
             " FROM unnest(%s::text[]) AS t, unnest(%s::text[]) AS q",
             (titles, questions),
         )
         row = await cur.fetchone()
     assert row is not None and row["kept"] > 100
     assert row["missed"] == 0
+
+
+async def test_a_question_sharing_one_trigram_with_every_title_checks_none_of_them(
+    pool: Pool, settings: Settings, search: PostgresKnowledgeSearch
+) -> None:
+    # "Germany" holds "man", which every "Manual N" keeps: with one shared trigram enough,
+    # `word_similarity` ran on every title of the base (10,000 at a million chunks: 53 ms).
+    kb = await add_base(pool, settings, "manuals", [f"{w} valve note" for w in WORDS])
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO kb_documents (id, kb_id, tenant_id, title, media_type, content,"
+            " content_hash, status) VALUES (%s, %s, %s, %s, 'text/plain', '-', %s, 'ready')",
+            [(f"doc_man_{i}", kb, TENANT, f"Manual {i}", f"doc_man_{i}") for i in range(300)],
+        )
+
+    async def similarity_calls(text: str) -> int:
+        query = KnowledgeQuery(text, TENANT, knowledge_bases=["manuals"], top_k=3)
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute("SET LOCAL track_functions = 'all'")
+            await search.search_on(conn, query)
+            cur = await conn.execute(
+                "SELECT coalesce(sum(calls), 0) AS n FROM pg_stat_xact_user_functions"
+                " WHERE funcname = 'word_similarity'"
+            )
+            return int((await cur.fetchone() or {})["n"])
+
+    assert await similarity_calls("What is the terrain of Germany like?") == 0
+    # A question holding a title's word still has those titles checked.
+    assert await similarity_calls("the manual of the valve") >= 300
 
 
 async def test_the_statement_is_planned_with_its_values_and_the_session_keeps_its_mode(
