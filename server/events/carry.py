@@ -8,8 +8,9 @@ it"), or, when the batch fits in a notification, with the batch itself::
     <seq> <type> <data>
     ...
 
-one line per event, oldest first, where `<data>` is Postgres's own jsonb text of the stored
-row, as a replay reads it (`data::text`), so that a frame built from a carried line is
+one line per event, oldest first, where `<data>` is Postgres's own jsonb text of the event's
+data, as a replay reads it (`data::text`; a manifest's, for the stub the log keeps of a
+`context.built` event, server/events/manifests.py), so that a frame built from a carried line is
 byte-identical to the frame a replay builds. jsonb text never holds a raw line feed (control
 characters are escaped), so lines split on line feeds only (not `str.splitlines`, which
 also splits on U+2028 and the like, which jsonb text keeps raw).
