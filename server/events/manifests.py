@@ -3,7 +3,7 @@
 A `context.built` event carries the manifest of the next model call (what went into its
 context, and why). The manifest outlives the log (retention drops events, not the run's
 manifests), so it is stored in `context_manifests`, in the append's transaction; the log
-stores a stub in the event's place (`stub`), and every read of the log that returns data puts
+stores a stub in the event's place (`stub_text`), and every read of the log that returns data puts
 the manifest back (`EVENT_DATA`). Live frames carry the manifest as the append stored it in
 its table, so a live stream and a replay stay byte-identical (docs/decisions/2039).
 
