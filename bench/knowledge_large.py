@@ -17,12 +17,7 @@ import time
 from bench.common import Figures, run_async
 from bench.knowledge import add_scale, latency, seed, settings_for, train
 from server.db.pool import migrate, open_pool
-from server.knowledge.setup import (
-    ensure_indexes,
-    hnsw_index_sql,
-    knowledge_index_kind,
-    open_knowledge,
-)
+from server.knowledge.setup import hnsw_index_sql, knowledge_index_kind, open_knowledge
 
 COUNT = 1_000_000
 # Enough for pgvector to build a million chunks' graph in memory.
@@ -50,7 +45,6 @@ async def measure(database_url: str, quick: bool, figures: Figures) -> None:
                 await conn.execute(hnsw_index_sql(dims))
                 built = time.perf_counter() - began
                 await conn.execute("RESET maintenance_work_mem")
-            await ensure_indexes(pool, [dims])
         elif kind == "ivf":
             built = await train(pool, "large")
         timings, _ = await latency(pool, search, "large", 30)
