@@ -7,6 +7,7 @@ from typing import Any
 
 from nodes.context.summary import Summary
 from server.db.pool import Conn, Pool
+from server.events.manifests import STORED
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,10 @@ async def run_manifests(
     A step built twice in one attempt (run again) has the latest manifest returned.
     """
     cur = await conn.execute(
-        "SELECT DISTINCT ON (step, attempt) step, attempt, event_seq, created_at, manifest"
-        " FROM context_manifests WHERE run_id = %s AND (%s::int IS NULL OR step = %s)"
-        " AND (%s::int IS NULL OR attempt = %s) ORDER BY step, attempt, event_seq DESC",
+        "SELECT DISTINCT ON (step, attempt) step, attempt, event_seq, created_at,"
+        f" {STORED} AS manifest FROM context_manifests WHERE run_id = %s"
+        " AND (%s::int IS NULL OR step = %s) AND (%s::int IS NULL OR attempt = %s)"
+        " ORDER BY step, attempt, event_seq DESC",
         (run_id, step, step, attempt, attempt),
     )
     return [

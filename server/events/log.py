@@ -418,7 +418,8 @@ def _batch_json(stored: list[StoredEvent], datas: list[str], stubs: list[str | N
     """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
 
     Each data is already JSON text, and is put in as it is. An event whose manifest is kept
-    in its table has its stub as `data` and its data as `manifest` (server/events/manifests.py).
+    in its table has its stub as `data` and its data's text, as a JSON string, as `manifest`:
+    the table keeps the text as it is (server/events/manifests.py).
     """
     return (
         "["
@@ -426,7 +427,7 @@ def _batch_json(stored: list[StoredEvent], datas: list[str], stubs: list[str | N
             f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{data}}}'
             if stub is None
             else f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{stub},'
-            f'"manifest":{data}}}'
+            f'"manifest":{jsontext.dumps(data)}}}'
             for e, data, stub in zip(stored, datas, stubs, strict=True)
         )
         + "]"

@@ -7,6 +7,10 @@ stores a stub in the event's place (`stub_text`), and every read of the log that
 the manifest back (`EVENT_DATA`). Live frames carry the manifest as the append stored it in
 its table, so a live stream and a replay stay byte-identical (docs/decisions/2039).
 
+The table keeps the manifest as the compact JSON text the append sent (`manifest_text`,
+`json`), smaller than its `jsonb`; rows stored before keep `jsonb` (`manifest`). Readers
+take `STORED`, which is `jsonb` either way (docs/decisions/2041).
+
 An event whose data has no integer `step` is not a manifest the table can key: it is stored
 as it is, with no row beside it.
 """
@@ -36,8 +40,15 @@ def stub_text(kind: str, data: Mapping[str, Any]) -> str | None:
     return jsontext.dumps(stub)
 
 
+# A row's manifest as `jsonb`, whichever form the row holds.
+STORED = "COALESCE(manifest, manifest_text::jsonb)"
+
+
 def insert_sql(source: str, where: str, run: str, tenant: str) -> str:
-    """An `INSERT` of the manifests of a batch's rows `b` (`seq`, `manifest` jsonb) in `source`.
+    """An `INSERT` of the manifests of a batch's rows `b` in `source`.
+
+    `b` has `seq`, `manifest` (the manifest parsed, `jsonb`) and `manifest_text` (its JSON
+    text as the append sent it, which the row keeps).
 
     `where` narrows `source`; `run` and `tenant` are the SQL of the run's id and tenant;
     `%(attempt)s` (the attempt when a manifest names none) and `%(ts)s` (the batch's time)
@@ -45,12 +56,12 @@ def insert_sql(source: str, where: str, run: str, tenant: str) -> str:
     """
     return f"""
 INSERT INTO {TABLE} (run_id, step, attempt, event_seq, tenant_id, model, agent_name,
-    agent_version, window_tokens, total_tokens, manifest, created_at)
+    agent_version, window_tokens, total_tokens, manifest_text, created_at)
 SELECT {run}, (b.manifest->>'step')::integer,
     COALESCE((b.manifest->>'attempt')::integer, %(attempt)s), b.seq, {tenant},
     b.manifest->>'model', b.manifest->'profile'->>'name',
     (b.manifest->'profile'->>'version')::integer, (b.manifest->>'window')::integer,
-    (b.manifest->>'totalTokens')::integer, b.manifest, %(ts)s
+    (b.manifest->>'totalTokens')::integer, b.manifest_text::json, %(ts)s
 FROM {source} WHERE {where} AND b.manifest IS NOT NULL
 """
 
@@ -59,6 +70,6 @@ FROM {source} WHERE {where} AND b.manifest IS NOT NULL
 # manifest comes back from its table by the event's key (an index lookup, for these events
 # only); if the row is gone (erased), the stub is what there is.
 EVENT_DATA = f"""CASE WHEN e.type = '{EventType.CONTEXT_BUILT.value}' AND e.data ? '{STUB_KEY}'
-    THEN COALESCE((SELECT m.manifest FROM {TABLE} m
+    THEN COALESCE((SELECT COALESCE(m.manifest, m.manifest_text::jsonb) FROM {TABLE} m
         WHERE m.run_id = e.run_id AND m.event_seq = e.seq), e.data)
     ELSE e.data END"""

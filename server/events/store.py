@@ -88,6 +88,14 @@ INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(sna
 """
 
 
+# The batch's rows: a manifest kept in its table comes as its JSON text, which the table keeps,
+# and is parsed here once (server/events/manifests.py).
+_BATCH = """
+    SELECT b.seq, b.type, b.data, b.manifest::jsonb AS manifest, b.manifest AS manifest_text
+    FROM jsonb_to_recordset(%(events)s::jsonb)
+        AS b(seq bigint, type text, data jsonb, manifest text)"""
+
+
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
 # be (`snapshot` is NULL when not), store the events and the manifests kept beside them
@@ -100,9 +108,7 @@ WITH moved AS ({moved}), kept AS (
     INSERT INTO run_snapshots (run_id, seq, snapshot)
     SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
     {_KEPT}
-), batch AS (
-    SELECT * FROM jsonb_to_recordset(%(events)s::jsonb)
-        AS b(seq bigint, type text, data jsonb, manifest jsonb)
+), batch AS ({_BATCH}
 ), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, b.seq, b.type, %(ts)s, %(attempt)s, b.data FROM moved, batch b
@@ -137,7 +143,7 @@ _APPEND_UNREAD = _append_sql(
 
 # The manifests of a batch stored by COPY, in its transaction.
 _COPIED_MANIFESTS = manifests.insert_sql(
-    "runs r, jsonb_to_recordset(%(events)s::jsonb) AS b(seq bigint, manifest jsonb)",
+    f"runs r, ({_BATCH}) b",
     "r.id = %(id)s",
     "r.id",
     "r.tenant_id",

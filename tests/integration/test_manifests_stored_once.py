@@ -11,12 +11,15 @@ import asyncio
 import json
 from typing import Any
 
+import psycopg
 import pytest
 
 from graphs.events import EventType
+from server import jsontext
 from server.agents.context_store import run_manifests
 from server.db.pool import Pool
 from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.manifests import STORED
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, replay, started
@@ -62,7 +65,8 @@ async def stored_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
 async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT event_seq, step, attempt, tenant_id, agent_version, total_tokens, manifest"
+            "SELECT event_seq, step, attempt, tenant_id, agent_version, total_tokens,"
+            f" {STORED} AS manifest, manifest IS NULL AS as_text, manifest_text::text AS text"
             " FROM context_manifests WHERE run_id = %s",
             (run_id,),
         )
@@ -104,6 +108,8 @@ async def test_every_append_path_stores_the_manifest_once_and_reads_give_it_back
     assert sorted(table) == sorted(appended)
     for seq, row in table.items():
         assert row["manifest"] == appended[seq]
+        # Kept as the compact text the append sent, not as `jsonb`.
+        assert row["as_text"] and row["text"] == jsontext.dumps(appended[seq])
         assert (row["step"], row["attempt"], row["tenant_id"]) == (appended[seq]["step"], 1, "t1")
         assert (row["agent_version"], row["total_tokens"]) == (3, appended[seq]["totalTokens"])
 
@@ -168,3 +174,14 @@ async def test_an_event_stored_whole_is_read_as_stored_and_one_without_a_step_ha
         read = await read_events(conn, run_id, head.seq - 2, 9)
     assert [json.loads(wire)["data"] for _, _, wire in read] == [whole, {"note": "no step"}]
     assert sorted(await table_rows(pool, run_id)) == [head.seq - 1]
+    # A row kept as `jsonb` (before manifests were kept as text) is read as the text ones are.
+    async with pool.connection() as conn:
+        kept = await run_manifests(conn, run_id, step=1)
+        assert [m["sections"][0]["note"] for m in kept] == ["rewritten"]
+        # A row holds its manifest in one form.
+        with pytest.raises(psycopg.errors.CheckViolation):
+            await conn.execute(
+                "INSERT INTO context_manifests (run_id, step, attempt, event_seq, tenant_id)"
+                " VALUES (%s, 9, 1, 999, 't1')",
+                (run_id,),
+            )
