@@ -28,7 +28,7 @@ from server import jsontext
 from server.db.pool import Conn, pipelined_transaction
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
-from server.events import manifests
+from server.events import calls, manifests
 from server.events.carry import carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
@@ -369,6 +369,7 @@ def _params(
     usage_changed = any(e.type == EventType.USAGE for e in stored)
     datas = [jsontext.dumps(e.data) for e in stored]
     stubs = [manifests.stub_text(e.type, e.data) for e in stored]
+    call_stubs = [calls.stub(e.type, e.data) for e in stored]
     release = (
         is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
@@ -399,13 +400,15 @@ def _params(
         "attempt": new.attempt,
         # The batch as one JSON array: psycopg dumps one string in C, where three arrays
         # went through its Python array dumper, element by element.
-        "events": _batch_json(stored, datas, stubs),
+        "events": _batch_json(stored, datas, stubs, call_stubs),
         "datas": datas,
-        # What the log stores of each event (COPY): a manifest's stub, or the data itself.
+        # What the log stores of each event (COPY): a manifest's or a call's stub, or the data.
         "stored_datas": [
-            data if stub is None else stub for data, stub in zip(datas, stubs, strict=True)
+            stub if stub is not None else call[0] if call is not None else data
+            for data, stub, call in zip(datas, stubs, call_stubs, strict=True)
         ],
         "manifests": any(stub is not None for stub in stubs),
+        "calls": any(call is not None for call in call_stubs),
         "events_channel": EVENTS_CHANNEL,
         "payload": pointer(head.run_id, new.seq),
         "carried": carried_head(head.run_id, new.seq, now),
@@ -414,24 +417,29 @@ def _params(
     }
 
 
-def _batch_json(stored: list[StoredEvent], datas: list[str], stubs: list[str | None]) -> str:
+def _batch_json(
+    stored: list[StoredEvent],
+    datas: list[str],
+    stubs: list[str | None],
+    call_stubs: list[tuple[str, str] | None],
+) -> str:
     """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
 
     Each data is already JSON text, and is put in as it is. An event whose manifest is kept
     in its table has its stub as `data` and its data's text, as a JSON string, as `manifest`:
-    the table keeps the text as it is (server/events/manifests.py).
+    the table keeps the text as it is (server/events/manifests.py). An event whose call is
+    kept in its ledger row has its stub as `data` and the call as `call` (calls.py).
     """
-    return (
-        "["
-        + ",".join(
-            f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{data}}}'
-            if stub is None
-            else f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":{stub},'
-            f'"manifest":{jsontext.dumps(data)}}}'
-            for e, data, stub in zip(stored, datas, stubs, strict=True)
-        )
-        + "]"
-    )
+    rows = []
+    for e, data, stub, call in zip(stored, datas, stubs, call_stubs, strict=True):
+        head = f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":'
+        if stub is not None:
+            rows.append(f'{head}{stub},"manifest":{jsontext.dumps(data)}}}')
+        elif call is not None:
+            rows.append(f'{head}{call[0]},"call":{call[1]}}}')
+        else:
+            rows.append(f"{head}{data}}}")
+    return "[" + ",".join(rows) + "]"
 
 
 def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -439,11 +447,18 @@ def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("errorType", "message")}
 
 
+# An event's data as it was appended, for a read of `run_events` aliased `e`: a stub's
+# manifest or call put back (server/events/manifests.py, calls.py). Every read of the log
+# whose data goes to a client uses it.
+EVENT_DATA = f"""CASE {manifests.EVENT_DATA}
+    {calls.EVENT_DATA}
+    ELSE e.data END"""
+
+
 # The bounds on `ts` let Postgres skip the daily partitions outside the run's lifetime (at
 # execution, from the run's row); a day of margin covers clock skew between hosts.
-# A manifest's stub is read with its manifest put back (server/events/manifests.py).
 READ_EVENTS = f"""
-SELECT e.seq, e.type, e.ts, ({manifests.EVENT_DATA})::text AS data FROM run_events e
+SELECT e.seq, e.type, e.ts, ({EVENT_DATA})::text AS data FROM run_events e
 WHERE e.run_id = %(run)s AND e.seq > %(after)s
   AND e.ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
   AND e.ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)

@@ -66,10 +66,10 @@ FROM {source} WHERE {where} AND b.manifest IS NOT NULL
 """
 
 
-# An event's data as it was appended, for a read of `run_events` aliased `e`: a stub's
-# manifest comes back from its table by the event's key (an index lookup, for these events
-# only); if the row is gone (erased), the stub is what there is.
-EVENT_DATA = f"""CASE WHEN e.type = '{EventType.CONTEXT_BUILT.value}' AND e.data ? '{STUB_KEY}'
+# An event's data as it was appended, for a read of `run_events` aliased `e`, when it is a
+# stub (a `WHEN` of `EVENT_DATA` in server/events/log.py): its manifest comes back from its
+# table by the event's key (an index lookup, for these events only); if the row is gone
+# (erased), the stub is what there is.
+EVENT_DATA = f"""WHEN e.type = '{EventType.CONTEXT_BUILT.value}' AND e.data ? '{STUB_KEY}'
     THEN COALESCE((SELECT COALESCE(m.manifest, m.manifest_text::jsonb) FROM {TABLE} m
-        WHERE m.run_id = e.run_id AND m.event_seq = e.seq), e.data)
-    ELSE e.data END"""
+        WHERE m.run_id = e.run_id AND m.event_seq = e.seq), e.data)"""

@@ -16,8 +16,7 @@ from psycopg.rows import dict_row
 from server.auth import Principal
 from server.db.pool import Conn, Pool
 from server.domain import Run
-from server.events.log import encode_event
-from server.events.manifests import EVENT_DATA
+from server.events.log import EVENT_DATA, encode_event
 from server.runs.conversations import get_conversation
 from server.runs.views import conversation_view, message_view, run_view
 from server.usage.ledger import call_view

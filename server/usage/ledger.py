@@ -1,7 +1,8 @@
 """The usage ledger: model call rows, per-run breakdowns and daily aggregates.
 
-Rows come from `usage` events: a worker appends them with the `MODEL_CALLS` hook, which
-writes the rows in the transaction that stores the events.
+Rows come from `usage` events, in the transaction that stores them. The append writes the
+row of a call kept in its row only, its event a stub (server/events/calls.py); the
+`MODEL_CALLS` hook, which a worker hands its appends, writes the row of any other.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from psycopg import AsyncCursor
 
 from graphs.events import EventType
 from nodes.models.usage import money
+from server.events import calls
 from server.events.log import StoredEvent, StoreHook
 
 _INSERT = """
@@ -62,7 +64,8 @@ async def store_model_calls(
     rows = []
     for ev in events:
         call = ev.data.get("call") if ev.type == EventType.USAGE else None
-        if not call:
+        # A call kept in its row only, the append wrote the row (server/events/calls.py).
+        if not call or calls.keeps(ev.type, ev.data):
             continue
         row = {k: call.get(k) for k in _FIELDS}
         row.update(callId=call["callId"], seq=ev.seq, ts=ev.ts, runId=run_id)

@@ -234,3 +234,27 @@ async def test_a_tenant_with_a_shorter_retention_loses_its_logs_and_spans_sooner
     assert trace == 0
     assert (await c.get(f"/api/runs/{run['runId']}/events")).status_code == 410
     assert (await c.get(f"/api/runs/{run['runId']}/snapshot")).json()["output"] == "hello there"
+
+
+async def test_a_ledger_row_stays_while_the_events_that_point_at_it_do(
+    env: Env, pool: Pool
+) -> None:
+    """A `usage` event keeps only a stub of its call: the row outlives a shorter ledger day."""
+    c = env.client
+    answer = await c.put("/api/retention", json={"ledgerDays": 1})
+    assert answer.status_code == 200, answer.text
+    try:
+        run = await start(env, "hi")
+        assert (await read_sse(c, run["streamUrl"]))[-1].event == "run.completed"
+        sql = "SELECT count(*) AS n FROM model_calls WHERE run_id = %s"
+        assert await count(pool, sql, run["runId"]) >= 1
+        # Past the tenant's ledger day, within its events' 30: the row stays.
+        await apply_retention(pool, env.settings, now=await db_now(pool) + timedelta(days=5))
+        assert await count(pool, sql, run["runId"]) >= 1
+        usage = [e for e in await read_sse(c, run["streamUrl"]) if e.event == "usage"]
+        assert usage and all(e.data["data"]["call"]["model"] for e in usage)
+        # Past both: rolled up.
+        await apply_retention(pool, env.settings, now=await db_now(pool) + timedelta(days=31))
+        assert await count(pool, sql, run["runId"]) == 0
+    finally:
+        await c.put("/api/retention", json={})

@@ -1,6 +1,7 @@
 """Rows kept beside the event log are written by the appender's hooks, in the same transaction.
 
-The log itself knows nothing of the usage ledger: `usage` events write `model_calls` rows only
+A `usage` event whose call its ledger row gives back exactly is stored as a stub, and the
+append writes the row itself (server/events/calls.py); the row of any other is written only
 when the appender hands in the ledger's hook, as a worker's event writer does.
 """
 
@@ -70,13 +71,22 @@ async def test_a_worker_writer_stores_model_call_rows_with_its_usage_events(pool
     ]
 
 
-async def test_the_log_alone_stores_usage_events_without_ledger_rows(pool: Pool) -> None:
+async def test_the_log_alone_stores_a_kept_call_with_its_row_and_another_without(
+    pool: Pool,
+) -> None:
     run_id = await new_run(pool)
     generation = await claim(pool, run_id)
+    odd = usage_event("mc_odd")
+    odd.data["call"]["retries"] = 2  # a field the ledger has no column for: stored whole
     async with pool.connection() as conn:
-        head, _ = await append_events(conn, run_id, [usage_event("mc_bare")], generation=generation)
+        head, _ = await append_events(
+            conn, run_id, [usage_event("mc_bare"), odd], generation=generation
+        )
 
-    assert await ledger_rows(pool, run_id) == []
+    # The call kept in its row only is written by the append itself, hook or none.
+    assert await ledger_rows(pool, run_id) == [
+        {"id": "mc_bare", "event_seq": head.seq - 1, "total_tokens": 7}
+    ]
     assert head.snapshot["usage"]["modelCalls"] == 1
 
 
