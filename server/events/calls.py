@@ -146,7 +146,11 @@ FROM {source} WHERE {where} AND b.call IS NOT NULL
 
 
 # The rows of `rows_sql` (aliased `c`) stored; a call already in the ledger is left as it is.
-INSERT = f"INSERT INTO {TABLE} SELECT (c.m).* FROM calls c ON CONFLICT (id) DO NOTHING"
+# A test of the key, not `ON CONFLICT`: a speculative insertion writes a second WAL record
+# per row, and no two appends store one call (each call has its own id, and a batch written
+# again after a commit in doubt is refused by the run's head before it gets here).
+INSERT = f"""INSERT INTO {TABLE} SELECT (c.m).* FROM calls c
+WHERE NOT EXISTS (SELECT FROM {TABLE} o WHERE o.id = (c.m).id)"""
 
 
 # An event's data as it was appended, for a read of `run_events` aliased `e`, when it is a

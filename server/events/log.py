@@ -186,7 +186,7 @@ async def append_creating(
     new, stored = fold_events(head, events, now)
     params = _params(head, new, stored, None, now)
     cursor = await conn.execute(statement, {**params, **values})
-    return replace(new, snapshot_seq=new.seq), cursor
+    return (new if params["snapshot"] is None else replace(new, snapshot_seq=new.seq)), cursor
 
 
 async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, data: str) -> RunHead:
@@ -379,10 +379,15 @@ def _params(
     # Stored unless a worker goes on holding the run and will store it later: every reader
     # without the worker's head folds at most `LAG_MAX` events from the log.
     held = generation is not None and not release and new.seq - head.snapshot_seq <= LAG_MAX
+    # Nor for a run just created and queued: its snapshot is its first events, which a reader
+    # folds from the log, and the worker that claims it stores it later (when it lets the run
+    # go, or lags `LAG_MAX` behind): the row is written once per run, not twice
+    # (docs/decisions/2043).
+    queued_new = head.seq == 0 and status == RunStatus.QUEUED and new.seq <= LAG_MAX
     return {
         "seq": new.seq,
         # JSON text, not `Jsonb`: Postgres parses it into the jsonb column all the same.
-        "snapshot": None if held else jsontext.dumps(new.snapshot),
+        "snapshot": None if held or queued_new else jsontext.dumps(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "after_end": after_end,
