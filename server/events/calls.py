@@ -1,12 +1,12 @@
 """A model call's record, kept once: in its ledger row, with a stub in the event log.
 
 A `usage` event reports one model call (`call`, the ledger's fields) and the run's new
-totals. The append that stores it writes the call's ledger row (`model_calls`) in its own
-statement, and the log keeps a stub in the event's place (`stub`): the event's other keys,
-`"storedIn": "model_calls"` and the call's id. Every read of the log that returns data puts
-the call back, built from the row (`agentrt_model_call`, migration 0046), and live frames
-carry what that builds from the row the append stored, so a live stream and a replay stay
-byte-identical (docs/decisions/2042).
+totals. The append that stores it writes the call's ledger row (`model_calls`) in its
+transaction (`HOOK`), and the log keeps a stub in the event's place (`stub`): the event's
+other keys, `"storedIn": "model_calls"` and the call's id. Every read of the log that returns
+data puts the call back, built from the row (`agentrt_model_call`, migration 0046); live
+frames carry the data with the call's numbers as the row gives them back, so a live stream
+and a replay stay byte-identical (docs/decisions/2042).
 
 Only a call the row gives back exactly is kept so: its fields are the ledger's, each of the
 type its column holds, its cost a decimal of at most ten places written as `money` writes
@@ -17,12 +17,15 @@ row as before (`server/usage/ledger.py`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from psycopg import AsyncCursor
+
 from graphs.events import EventType
 from server import jsontext
+from server.events.store import StoredEvent, StoreHook
 
 STUB_KEY = "storedIn"
 TABLE = "model_calls"
@@ -106,56 +109,70 @@ def keeps(kind: str, data: Mapping[str, Any]) -> bool:
     )
 
 
+def _as_stored(value: Any) -> Any:
+    """A latency as the row gives it back: a whole number of milliseconds has no `.0`."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def stub(kind: str, data: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Return (the stub's JSON text, the call's) for an event kept so, or None to store it whole."""
+    """Return (the stub's JSON text, the whole data's) for an event kept so, else None.
+
+    The whole data is what a read of the log gives back, which live frames carry: the call
+    with its numbers as its row gives them back.
+    """
     if not keeps(kind, data):
         return None
-    call = data["call"]
+    call = dict(data["call"])
+    call["latencyMs"] = _as_stored(call["latencyMs"])
+    call["ttftMs"] = _as_stored(call["ttftMs"])
     rest = {k: v for k, v in data.items() if k != "call"}
     return (
         jsontext.dumps({**rest, STUB_KEY: TABLE, ID_KEY: call[ID_KEY]}),
-        jsontext.dumps(call),
+        jsontext.dumps({**data, "call": call}),
     )
 
 
-def rows_sql(source: str, where: str, run: str) -> str:
-    """The ledger rows (`model_calls` records, `m`, with `seq`) of a batch's rows `b` in `source`.
+# The ledger's columns, and their values from a call's fields (`%(field)s`), the event's seq
+# and time (`%(seq)s`, `%(ts)s`) and the run's row `r`; the usage ledger's hook shares them.
+COLUMNS = """id, run_id, event_seq, tenant_id, user_id, conversation_id, step, attempt, provider,
+    model, model_id, requested_model, fallback_index, status, input_tokens, output_tokens,
+    cached_input_tokens, reasoning_tokens, total_tokens, latency_ms, ttft_ms, cost,
+    price_source, finish_reason, error_class, status_code, item_id, error, created_at"""
+VALUES = """%(callId)s, r.id, %(seq)s, r.tenant_id, r.user_id, r.conversation_id, %(step)s,
+    %(attempt)s, %(provider)s, %(model)s, %(modelId)s, %(requestedModel)s, %(fallbackIndex)s,
+    %(status)s, %(inputTokens)s, %(outputTokens)s, %(cachedInputTokens)s, %(reasoningTokens)s,
+    %(totalTokens)s, %(latencyMs)s, %(ttftMs)s, %(cost)s::numeric, %(priceSource)s,
+    %(finishReason)s, %(errorClass)s, %(statusCode)s, %(itemId)s, %(error)s, %(ts)s"""
 
-    `b` has `seq` and `call` (the call, `jsonb`; NULL for an event stored whole); `run` is
-    the SQL of the run's row (`id`, `tenant_id`, `user_id`, `conversation_id`); `%(ts)s` is
-    the append's time, the row's `created_at`.
-    """
-    return f"""
-SELECT b.seq, jsonb_populate_record(NULL::{TABLE}, jsonb_build_object(
-    'id', b.call->'callId', 'run_id', {run}.id, 'event_seq', b.seq,
-    'tenant_id', {run}.tenant_id, 'user_id', {run}.user_id,
-    'conversation_id', {run}.conversation_id, 'step', b.call->'step',
-    'attempt', b.call->'attempt', 'provider', b.call->'provider', 'model', b.call->'model',
-    'model_id', b.call->'modelId', 'requested_model', b.call->'requestedModel',
-    'fallback_index', b.call->'fallbackIndex', 'status', b.call->'status',
-    'input_tokens', b.call->'inputTokens', 'output_tokens', b.call->'outputTokens',
-    'cached_input_tokens', b.call->'cachedInputTokens',
-    'reasoning_tokens', b.call->'reasoningTokens', 'total_tokens', b.call->'totalTokens',
-    'latency_ms', b.call->'latencyMs', 'ttft_ms', b.call->'ttftMs', 'cost', b.call->'cost',
-    'price_source', b.call->'priceSource', 'finish_reason', b.call->'finishReason',
-    'error_class', b.call->'errorClass', 'status_code', b.call->'statusCode',
-    'item_id', b.call->'itemId', 'error', b.call->'error', 'created_at', %(ts)s::timestamptz
-)) AS m
-FROM {source} WHERE {where} AND b.call IS NOT NULL
+# A kept call's row. A test of the key, not `ON CONFLICT`: a speculative insertion writes a
+# second WAL record per row, and no two appends store one call (each call has its own id,
+# and a batch written again after a commit in doubt is refused by the run's head first).
+_INSERT = f"""
+INSERT INTO {TABLE} ({COLUMNS})
+SELECT {VALUES}
+FROM runs r WHERE r.id = %(runId)s
+  AND NOT EXISTS (SELECT FROM {TABLE} o WHERE o.id = %(callId)s)
 """
 
 
-# The rows of `rows_sql` (aliased `c`) stored; a call already in the ledger is left as it is.
-# A test of the key, not `ON CONFLICT`: a speculative insertion writes a second WAL record
-# per row, and no two appends store one call (each call has its own id, and a batch written
-# again after a commit in doubt is refused by the run's head before it gets here).
-INSERT = f"""INSERT INTO {TABLE} SELECT (c.m).* FROM calls c
-WHERE NOT EXISTS (SELECT FROM {TABLE} o WHERE o.id = (c.m).id)"""
+async def _store_kept(cur: AsyncCursor[Any], run_id: str, events: Sequence[StoredEvent]) -> None:
+    rows = [
+        {**ev.data["call"], "seq": ev.seq, "ts": ev.ts, "runId": run_id}
+        for ev in events
+        if keeps(ev.type, ev.data)
+    ]
+    if rows:
+        await cur.executemany(_INSERT, rows)
+
+
+# The rows of the calls kept so, which the append writes with their events (in their
+# transaction, as every store hook's), whatever hooks its caller hands in.
+HOOK = StoreHook(frozenset({EventType.USAGE}), _store_kept)
 
 
 # An event's data as it was appended, for a read of `run_events` aliased `e`, when it is a
-# stub: the call comes back from its row by its id; if the row is gone, the stub is what
-# there is.
+# stub (a `WHEN` of `EVENT_DATA` in server/events/log.py): the call comes back from its row
+# by its id; if the row is gone, the stub is what there is.
 EVENT_DATA = f"""WHEN e.type = '{EventType.USAGE.value}' AND e.data ? '{STUB_KEY}'
     THEN COALESCE((SELECT agentrt_usage_data(e.data, m) FROM {TABLE} m
         WHERE m.id = e.data ->> '{ID_KEY}'), e.data)"""

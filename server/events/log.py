@@ -186,7 +186,7 @@ async def append_creating(
     new, stored = fold_events(head, events, now)
     params = _params(head, new, stored, None, now)
     cursor = await conn.execute(statement, {**params, **values})
-    return (new if params["snapshot"] is None else replace(new, snapshot_seq=new.seq)), cursor
+    return replace(new, snapshot_seq=new.seq), cursor
 
 
 async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, data: str) -> RunHead:
@@ -321,7 +321,10 @@ async def _append(
         params = _params(head, new, stored, generation, now)
     if params["snapshot"] is not None:
         new = replace(new, snapshot_seq=new.seq)
-    # Events that hooks write rows for are stored in one transaction with those rows.
+    # Events that hooks write rows for are stored in one transaction with those rows; the
+    # calls kept in their rows only are written so whatever the caller hands in.
+    if any(calls.keeps(e.type, e.data) for e in stored):
+        hooks = [*hooks, calls.HOOK]
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
     if not await store_batch(conn, params, stored, hooked):
@@ -379,15 +382,10 @@ def _params(
     # Stored unless a worker goes on holding the run and will store it later: every reader
     # without the worker's head folds at most `LAG_MAX` events from the log.
     held = generation is not None and not release and new.seq - head.snapshot_seq <= LAG_MAX
-    # Nor for a run just created and queued: its snapshot is its first events, which a reader
-    # folds from the log, and the worker that claims it stores it later (when it lets the run
-    # go, or lags `LAG_MAX` behind): the row is written once per run, not twice
-    # (docs/decisions/2043).
-    queued_new = head.seq == 0 and status == RunStatus.QUEUED and new.seq <= LAG_MAX
     return {
         "seq": new.seq,
         # JSON text, not `Jsonb`: Postgres parses it into the jsonb column all the same.
-        "snapshot": None if held or queued_new else jsontext.dumps(new.snapshot),
+        "snapshot": None if held else jsontext.dumps(new.snapshot),
         "status": status,
         "terminal": is_terminal(status),
         "after_end": after_end,
@@ -413,7 +411,6 @@ def _params(
             for data, stub, call in zip(datas, stubs, call_stubs, strict=True)
         ],
         "manifests": any(stub is not None for stub in stubs),
-        "calls": any(call is not None for call in call_stubs),
         "events_channel": EVENTS_CHANNEL,
         "payload": pointer(head.run_id, new.seq),
         "carried": carried_head(head.run_id, new.seq, now),
@@ -433,7 +430,7 @@ def _batch_json(
     Each data is already JSON text, and is put in as it is. An event whose manifest is kept
     in its table has its stub as `data` and its data's text, as a JSON string, as `manifest`:
     the table keeps the text as it is (server/events/manifests.py). An event whose call is
-    kept in its ledger row has its stub as `data` and the call as `call` (calls.py).
+    kept in its ledger row has its stub as `data` and its whole data as `whole` (calls.py).
     """
     rows = []
     for e, data, stub, call in zip(stored, datas, stubs, call_stubs, strict=True):
@@ -441,7 +438,7 @@ def _batch_json(
         if stub is not None:
             rows.append(f'{head}{stub},"manifest":{jsontext.dumps(data)}}}')
         elif call is not None:
-            rows.append(f'{head}{call[0]},"call":{call[1]}}}')
+            rows.append(f'{head}{call[0]},"whole":{call[1]}}}')
         else:
             rows.append(f"{head}{data}}}")
     return "[" + ",".join(rows) + "]"

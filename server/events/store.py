@@ -17,7 +17,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 
 from graphs.events import EventType
 from server.db.pool import Conn, pipelined_transaction
-from server.events import calls, manifests
+from server.events import manifests
 from server.events.carry import NOTIFY_LIMIT_SQL
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 
@@ -78,7 +78,7 @@ UPDATE runs SET
     deadline_at = CASE WHEN %(status)s = 'waiting_user' THEN NULL ELSE deadline_at END
 WHERE id = %(id)s AND last_event_seq = %(prev)s
   AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
-RETURNING id, tenant_id, user_id, conversation_id
+RETURNING id, tenant_id
 """
 # The run's snapshot, when the append stores it (docs/decisions/2010).
 _KEPT = "ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot"
@@ -89,21 +89,21 @@ INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(sna
 
 
 # The batch's rows: a manifest kept in its table comes as its JSON text, which the table keeps,
-# and is parsed here once (server/events/manifests.py); a call kept in its ledger row comes
-# as `call` (server/events/calls.py).
+# and is parsed here once (server/events/manifests.py); an event whose call is kept in its
+# ledger row comes whole as `whole`, for the notification (server/events/calls.py).
 _BATCH = """
     SELECT b.seq, b.type, b.data, b.manifest::jsonb AS manifest, b.manifest AS manifest_text,
-        b.call
+        b.whole
     FROM jsonb_to_recordset(%(events)s::jsonb)
-        AS b(seq bigint, type text, data jsonb, manifest text, call jsonb)"""
+        AS b(seq bigint, type text, data jsonb, manifest text, whole jsonb)"""
 
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
-# be (`snapshot` is NULL when not), store the events and the manifests and model calls kept
-# beside them (server/events/manifests.py, calls.py), notify listeners with the batch as a
-# read of the log returns it (server/events/carry.py: jsonb's text of each event's data, with
-# a stub's manifest or call put back), or a pointer if it would not fit.
+# be (`snapshot` is NULL when not), store the events and the manifests kept beside them
+# (server/events/manifests.py), notify listeners with the batch as a read of the log returns
+# it (server/events/carry.py: jsonb's text of each event's data, whole where the log keeps a
+# stub: server/events/calls.py), or a pointer if it would not fit.
 def _append_sql(moved: str, result: str) -> str:
     return f"""
 WITH moved AS ({moved}), kept AS (
@@ -115,15 +115,11 @@ WITH moved AS ({moved}), kept AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, b.seq, b.type, %(ts)s, %(attempt)s, b.data FROM moved, batch b
 ), manifests AS ({manifests.insert_sql("moved, batch b", "true", "moved.id", "moved.tenant_id")}
-), calls AS ({calls.rows_sql("moved, batch b", "true", "moved")}
-), ledger AS ({calls.INSERT}
 ), carried AS (
     SELECT %(carried)s || string_agg(
-            b.seq || ' ' || b.type || ' ' || COALESCE(b.manifest,
-                CASE WHEN c.seq IS NOT NULL THEN agentrt_usage_data(b.data, c.m) END,
-                b.data)::text,
+            b.seq || ' ' || b.type || ' ' || COALESCE(b.manifest, b.whole, b.data)::text,
             E'\\n' ORDER BY b.seq) AS payload
-    FROM batch b LEFT JOIN calls c ON c.seq = b.seq WHERE EXISTS (SELECT FROM moved)
+    FROM batch b WHERE EXISTS (SELECT FROM moved)
 ), woken AS (
     SELECT pg_notify(%(events_channel)s, CASE
         WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
@@ -147,17 +143,13 @@ _APPEND_UNREAD = _append_sql(
 )
 
 
-# The manifests and model calls of a batch stored by COPY, in its transaction.
+# The manifests of a batch stored by COPY, in its transaction.
 _COPIED_MANIFESTS = manifests.insert_sql(
     f"runs r, ({_BATCH}) b",
     "r.id = %(id)s",
     "r.id",
     "r.tenant_id",
 )
-_COPIED_CALLS = f"""
-WITH calls AS ({calls.rows_sql(f"runs r, ({_BATCH}) b", "r.id = %(id)s", "r")})
-{calls.INSERT}
-"""
 
 
 def creating_statement(insert: str) -> str:
@@ -286,8 +278,6 @@ async def _append_by_copy(
                 )
         if params["manifests"]:
             await cur.execute(_COPIED_MANIFESTS, params)
-        if params["calls"]:
-            await cur.execute(_COPIED_CALLS, params)
         for hook, found in hooked:
             await hook.store(cur, params["id"], found)
         await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))

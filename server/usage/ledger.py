@@ -1,7 +1,7 @@
 """The usage ledger: model call rows, per-run breakdowns and daily aggregates.
 
 Rows come from `usage` events, in the transaction that stores them. The append writes the
-row of a call kept in its row only, its event a stub (server/events/calls.py); the
+row of a call kept in its row only, its event a stub (server/events/calls.py `HOOK`); the
 `MODEL_CALLS` hook, which a worker hands its appends, writes the row of any other.
 """
 
@@ -19,17 +19,10 @@ from nodes.models.usage import money
 from server.events import calls
 from server.events.log import StoredEvent, StoreHook
 
-_INSERT = """
-INSERT INTO model_calls (
-    id, run_id, event_seq, tenant_id, user_id, conversation_id, step, attempt, provider,
-    model, model_id, requested_model, fallback_index, status, input_tokens, output_tokens,
-    cached_input_tokens, reasoning_tokens, total_tokens, latency_ms, ttft_ms, cost,
-    price_source, finish_reason, error_class, status_code, created_at)
-SELECT %(callId)s, r.id, %(seq)s, r.tenant_id, r.user_id, r.conversation_id, %(step)s,
-    %(attempt)s, %(provider)s, %(model)s, %(modelId)s, %(requestedModel)s, %(fallbackIndex)s,
-    %(status)s, %(inputTokens)s, %(outputTokens)s, %(cachedInputTokens)s, %(reasoningTokens)s,
-    %(totalTokens)s, %(latencyMs)s, %(ttftMs)s, %(cost)s::numeric, %(priceSource)s,
-    %(finishReason)s, %(errorClass)s, %(statusCode)s, %(ts)s
+# Also the columns the ledger added for calls kept in their rows only (item id, error).
+_INSERT = f"""
+INSERT INTO model_calls ({calls.COLUMNS})
+SELECT {calls.VALUES}
 FROM runs r WHERE r.id = %(runId)s
 ON CONFLICT (id) DO NOTHING
 """
@@ -54,6 +47,8 @@ _FIELDS = (
     "finishReason",
     "errorClass",
     "statusCode",
+    "itemId",
+    "error",
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from graphs.events import EventType
 from server.db.pool import Pool
 from server.events import calls
-from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.log import NewEvent, StoredEvent, append_events, load_head, read_events
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, replay, started
@@ -169,7 +170,7 @@ def random_call(rng: random.Random, n: int) -> dict[str, Any]:
     cost = Decimal(rng.randrange(0, 10**14)).scaleb(-rng.randrange(4, 11))
     latency = rng.choice([0.0, 1.0, round(rng.uniform(0, 1e6), 3), rng.randrange(0, 10**9)])
     return {
-        "callId": f"mc_{n}",
+        "callId": f"mc_random_{n}",
         "step": rng.randrange(0, 1000),
         "attempt": rng.randrange(1, 9),
         "modelId": "openai:gpt-x",
@@ -196,28 +197,36 @@ def random_call(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 async def test_the_row_gives_back_every_kept_call_exactly(pool: Pool) -> None:
-    """The SQL the append and the reads run, over 500 random calls: equal JSON values."""
+    """500 random calls: what live frames carry is the text a read builds from the row."""
     run_id, _, _ = await started(pool)
     rng = random.Random(20261205)
     drawn = [random_call(rng, n) for n in range(500)]
     assert all(calls.kept(c) for c in drawn)
-    rows = calls.rows_sql(
-        "runs r, jsonb_to_recordset(%(events)s::jsonb) AS b(seq bigint, call jsonb)",
-        "r.id = %(id)s",
-        "r",
-    )
+    now = datetime.now(UTC)
+    events = [
+        StoredEvent(run_id, n, EventType.USAGE, now, {"call": c, "totals": {}})
+        for n, c in enumerate(drawn)
+    ]
+    wholes = []
+    for ev in events:
+        kept = calls.stub(ev.type, ev.data)
+        assert kept is not None
+        wholes.append(kept[1])
     async with pool.connection() as conn:
+        async with conn.transaction(), conn.cursor() as cur:
+            await calls.HOOK.store(cur, run_id, events)
         cur = await conn.execute(
-            f"WITH calls AS ({rows}) SELECT c.seq, agentrt_model_call(c.m)::text AS call"
-            " FROM calls c ORDER BY c.seq",
-            {
-                "id": run_id,
-                "ts": "2026-12-05T00:00:00Z",
-                "events": json.dumps([{"seq": n, "call": c} for n, c in enumerate(drawn)]),
-            },
+            "SELECT (w.whole::jsonb -> 'call')::text AS carried,"
+            " agentrt_model_call(m)::text AS built"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS w(whole, n)"
+            " JOIN model_calls m ON m.id = 'mc_random_' || (w.n - 1) ORDER BY w.n",
+            (wholes,),
         )
-        built = [json.loads(r["call"]) for r in await cur.fetchall()]
-    assert built == drawn
+        rows = await cur.fetchall()
+    assert len(rows) == 500
+    assert [r["carried"] for r in rows] == [r["built"] for r in rows]
+    # The same values as the caller wrote (numbers as numbers).
+    assert [json.loads(r["built"]) for r in rows] == drawn
 
 
 def test_only_calls_the_row_gives_back_exactly_are_kept() -> None:

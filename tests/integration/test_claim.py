@@ -202,8 +202,7 @@ async def test_the_claim_stores_run_started_as_its_append_would(
     assert batch is not None and batch.events == events[1:]
     assert (head.seq, head.status, head.attempt) == (2, "running", 1)
     assert head.snapshot == claim.head.snapshot
-    # Created queued and now held: none stored yet; stored when released.
-    assert (claim.head.seq, claim.head.snapshot_seq) == (2, 0)
+    assert (claim.head.seq, claim.head.snapshot_seq) == (2, 1)  # held: stored when released
     assert (run.last_event_seq, run.status) == (2, "running")
     assert run.started_at is not None
 

@@ -90,7 +90,6 @@ async def test_each_runs_snapshot_moves_out_of_its_row(
             await append_events(conn, blank, [NewEvent(EventType.RUN_CREATED, {})])
             cur = await conn.execute("SELECT run_id, seq FROM run_snapshots ORDER BY seq")
             rows = [tuple(r.values()) for r in await cur.fetchall()]
-    # The blank run, created queued, stores none yet (a reader folds its first event).
-    assert rows == [(busy, 5)]
+    assert rows == [(blank, 1), (busy, 5)]
     assert head.snapshot["status"] == "completed"
     assert head.snapshot["items"][0]["text"] == "half an answer"

@@ -13,7 +13,7 @@ ALTER TABLE model_calls ADD COLUMN item_id text, ADD COLUMN error text;
 -- A ledger row as a `usage` event's `call`. Money is the decimal text without trailing zeros
 -- (`money` in nodes/models/usage.py); latencies are the numbers the row holds.
 CREATE FUNCTION agentrt_model_call(m model_calls) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT jsonb_build_object(
         'callId', m.id, 'step', m.step, 'attempt', m.attempt, 'modelId', m.model_id,
         'provider', m.provider, 'model', m.model, 'requestedModel', m.requested_model,
@@ -29,6 +29,6 @@ $$;
 -- A stored `usage` event's data with its call put back: the stub's keys but the marker and
 -- the id, and the call built from the row.
 CREATE FUNCTION agentrt_usage_data(stub jsonb, m model_calls) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT (stub - 'storedIn' - 'callId') || jsonb_build_object('call', agentrt_model_call(m))
 $$;
