@@ -20,10 +20,11 @@ import pytest
 from graphs.events import EventType
 from server.db.pool import Pool
 from server.events import calls
-from server.events.log import NewEvent, StoredEvent, append_events, load_head, read_events
+from server.events.log import NewEvent, StoredEvent, append_events, read_events
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
-from tests.integration.test_carried_notifications import following, notifier, replay, started
+from tests.integration.test_carried_notifications import following, notifier, started
+from tests.integration.test_manifests_stored_once import assert_reads_give_back
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,16 +121,7 @@ async def test_every_append_path_stores_the_call_once_and_reads_give_it_back(
 
     # A live stream and a replay are the same bytes; both, and a read of the log, give back
     # every event as appended (numbers as numbers: 1.0 may come back as 1).
-    assert tail.text == await replay(pool, notifier, run_id, start)
-    async with pool.connection() as conn:
-        read = await read_events(conn, run_id, start, 1000)
-        # A head folded from the log (stubs included) is the head the appender kept.
-        await conn.execute("DELETE FROM run_snapshots WHERE run_id = %s", (run_id,))
-        folded = await load_head(conn, run_id, lock=False)
-    by_seq = {seq: json.loads(wire) for seq, _, wire in read}
-    for seq, data in appended.items():
-        assert by_seq[seq]["data"] == data
-    assert folded.snapshot == head.snapshot
+    await assert_reads_give_back(pool, notifier, tail, head, start, appended)
 
 
 async def test_a_call_the_row_cannot_give_back_is_stored_whole_and_a_stub_without_its_row(

@@ -18,11 +18,17 @@ from graphs.events import EventType
 from server import jsontext
 from server.agents.context_store import run_manifests
 from server.db.pool import Pool
-from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.log import NewEvent, RunHead, append_events, load_head, read_events
 from server.events.manifests import STORED
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
-from tests.integration.test_carried_notifications import following, notifier, replay, started
+from tests.integration.test_carried_notifications import (
+    Tail,
+    following,
+    notifier,
+    replay,
+    started,
+)
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,6 +79,23 @@ async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
         return {r["event_seq"]: r for r in await cur.fetchall()}
 
 
+async def assert_reads_give_back(
+    pool: Pool, notifier: Notifier, tail: Tail, head: RunHead, start: int, appended: dict[int, Any]
+) -> None:
+    """A live stream equals a replay byte for byte; reads give back `appended` (data by seq)."""
+    run_id = head.run_id
+    assert tail.text == await replay(pool, notifier, run_id, start)
+    async with pool.connection() as conn:
+        read = await read_events(conn, run_id, start, 1000)
+        # A head folded from the log (stubs included) is the head the appender kept.
+        await conn.execute("DELETE FROM run_snapshots WHERE run_id = %s", (run_id,))
+        folded = await load_head(conn, run_id, lock=False)
+    by_seq = {seq: json.loads(wire) for seq, _, wire in read}
+    for seq, data in appended.items():
+        assert by_seq[seq]["data"] == data
+    assert folded.snapshot == head.snapshot
+
+
 async def test_every_append_path_stores_the_manifest_once_and_reads_give_it_back(
     pool: Pool, notifier: Notifier
 ) -> None:
@@ -114,16 +137,7 @@ async def test_every_append_path_stores_the_manifest_once_and_reads_give_it_back
         assert (row["agent_version"], row["total_tokens"]) == (3, appended[seq]["totalTokens"])
 
     # A live stream, a replay and a read of the log give the manifest as appended.
-    assert tail.text == await replay(pool, notifier, run_id, start)
-    async with pool.connection() as conn:
-        read = await read_events(conn, run_id, start, 1000)
-        # A head folded from the log (stubs included) is the head the appender kept.
-        await conn.execute("DELETE FROM run_snapshots WHERE run_id = %s", (run_id,))
-        folded = await load_head(conn, run_id, lock=False)
-    by_seq = {seq: json.loads(wire) for seq, _, wire in read}
-    for seq, data in appended.items():
-        assert by_seq[seq]["data"] == data
-    assert folded.snapshot == head.snapshot
+    await assert_reads_give_back(pool, notifier, tail, head, start, appended)
 
 
 async def test_a_step_built_twice_keeps_each_manifest_and_readers_take_the_latest(
