@@ -249,8 +249,8 @@ async def _trim_short_spans(
 async def _roll_up_ledger(conn: Conn, settings: Settings, now: datetime, removed: Removed) -> None:
     """Sum model-call rows past the ledger retention into `model_usage_daily`, then drop them.
 
-    A row stays at least as long as the events of its tenant: a stored `usage` event may
-    hold only a stub of the call, which reads of the log fill from the row.
+    A row stays while its run's log does (until the retention marks it expired): a stored
+    `usage` event may hold only a stub of the call, which reads of the log fill from the row.
     """
     while True:
         cur = await conn.execute(
@@ -259,11 +259,12 @@ async def _roll_up_ledger(conn: Conn, settings: Settings, now: datetime, removed
                 DELETE FROM model_calls WHERE id IN (
                     SELECT m.id FROM model_calls m
                     LEFT JOIN tenant_retention t ON t.tenant_id = m.tenant_id
-                    -- Kept while its run's events may be: a `usage` event reads its call
-                    -- back from the row (docs/decisions/2042).
-                    WHERE m.created_at < %(now)s::timestamptz - make_interval(days => GREATEST(
-                        COALESCE(t.ledger_days, %(default)s),
-                        COALESCE(t.events_days, %(events_default)s)))
+                    WHERE m.created_at < %(now)s::timestamptz
+                        - make_interval(days => COALESCE(t.ledger_days, %(default)s))
+                    -- Kept while its run's log is: a `usage` event reads its call back from
+                    -- the row (docs/decisions/2042).
+                    AND EXISTS (SELECT FROM runs r
+                        WHERE r.id = m.run_id AND r.events_expired_at IS NOT NULL)
                     LIMIT %(batch)s)
                 RETURNING *
             ), summed AS (
@@ -288,12 +289,7 @@ async def _roll_up_ledger(conn: Conn, settings: Settings, now: datetime, removed
             )
             SELECT count(*) AS n FROM gone
             """,
-            {
-                "now": now,
-                "default": settings.ledger_retention_days,
-                "events_default": settings.event_retention_days,
-                "batch": _BATCH * 5,
-            },
+            {"now": now, "default": settings.ledger_retention_days, "batch": _BATCH * 5},
         )
         row = await cur.fetchone()
         n = int(row["n"]) if row else 0

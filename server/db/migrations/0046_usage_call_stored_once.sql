@@ -1,10 +1,11 @@
 -- A model call's record is stored once: in its ledger row (docs/decisions/2042). A `usage`
 -- event carried the call's 23 fields, and the ledger row the same again; the event's copy
 -- was the largest part of the event log beside the manifests. The append now writes the
--- ledger row of a `usage` event in its own statement, and the log keeps a stub in the
--- call's place: the event's other keys, with `"storedIn": "model_calls"` and the call's id.
--- Reads of the log put the call back, built from the row by `agentrt_model_call` (also
--- what live frames carry, so a live stream and a replay stay byte-identical).
+-- ledger row of a `usage` event in its transaction, and the log keeps a stub in the call's
+-- place: the event's other keys, with `"storedIn": "model_calls"` and the call's id. Reads
+-- of the log put the call back, built from the row by `agentrt_model_call`; live frames
+-- carry the call with its numbers as the row gives them back, so a live stream and a replay
+-- stay byte-identical (server/events/calls.py).
 --
 -- The two fields the ledger lacked come with it: the answer's item id and the error's text.
 -- Both are NULL for the rows before, whose events are stored whole.
