@@ -184,6 +184,9 @@ async def append_creating(
     now = datetime.now(UTC)
     head = new_head(run_id)
     new, stored = fold_events(head, events, now)
+    if any(calls.keeps(e.type, e.data) for e in stored):
+        # The creating statement runs no store hook, so a kept call would lose its row.
+        raise ValueError("a run's first events report no model call")
     params = _params(head, new, stored, None, now)
     cursor = await conn.execute(statement, {**params, **values})
     return replace(new, snapshot_seq=new.seq), cursor

@@ -20,7 +20,7 @@ import pytest
 from graphs.events import EventType
 from server.db.pool import Pool
 from server.events import calls
-from server.events.log import NewEvent, StoredEvent, append_events, read_events
+from server.events.log import NewEvent, StoredEvent, append_creating, append_events, read_events
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, started
@@ -247,3 +247,14 @@ def test_only_calls_the_row_gives_back_exactly_are_kept() -> None:
     assert calls.stub(EventType.USAGE, {"call": call, "totals": {}}) is not None
     assert calls.stub(EventType.USAGE, {"call": call, "storedIn": "x"}) is None
     assert calls.stub("note", {"call": call}) is None
+
+
+async def test_a_run_cannot_be_created_with_a_kept_call_among_its_first_events(
+    pool: Pool,
+) -> None:
+    """The creating statement runs no store hook: the call's row would be missing."""
+    async with pool.connection() as conn:
+        with pytest.raises(ValueError, match="report no model call"):
+            await append_creating(
+                conn, "run_never", [NewEvent(EventType.RUN_CREATED, {}), usage_event("mc")], "", {}
+            )
