@@ -37,7 +37,8 @@ _TEXT = ("itemId", "finishReason", "priceSource", "errorClass", "error")
 _INT_REQUIRED = ("step", "attempt", "fallbackIndex")
 _INT = ("inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens", "totalTokens")
 _OTHER = ("status", "latencyMs", "ttftMs", "cost", "statusCode")
-_FIELDS = frozenset((*_TEXT_REQUIRED, *_TEXT, *_INT_REQUIRED, *_INT, *_OTHER))
+# Every field of a call, which the ledger's columns hold.
+FIELDS = frozenset((*_TEXT_REQUIRED, *_TEXT, *_INT_REQUIRED, *_INT, *_OTHER))
 _INT_MAX = 2**31 - 1
 # `numeric(20, 10)`: ten places, and below 10^10.
 _COST_PLACES = Decimal("1e-10")
@@ -86,7 +87,7 @@ def kept(call: Any) -> bool:
     """Say whether `call` (a `usage` event's) is one its ledger row gives back exactly."""
     return (
         isinstance(call, Mapping)
-        and call.keys() == _FIELDS
+        and call.keys() == FIELDS
         and all(_is_text(call[k], True) for k in _TEXT_REQUIRED)
         and all(_is_text(call[k], False) for k in _TEXT)
         and all(_is_int(call[k], True) for k in _INT_REQUIRED)

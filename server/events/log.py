@@ -184,10 +184,10 @@ async def append_creating(
     now = datetime.now(UTC)
     head = new_head(run_id)
     new, stored = fold_events(head, events, now)
-    if any(calls.keeps(e.type, e.data) for e in stored):
+    params = _params(head, new, stored, None, now)
+    if params["kept_calls"]:
         # The creating statement runs no store hook, so a kept call would lose its row.
         raise ValueError("a run's first events report no model call")
-    params = _params(head, new, stored, None, now)
     cursor = await conn.execute(statement, {**params, **values})
     return replace(new, snapshot_seq=new.seq), cursor
 
@@ -326,7 +326,7 @@ async def _append(
         new = replace(new, snapshot_seq=new.seq)
     # Events that hooks write rows for are stored in one transaction with those rows; the
     # calls kept in their rows only are written so whatever the caller hands in.
-    if any(calls.keeps(e.type, e.data) for e in stored):
+    if params["kept_calls"]:
         hooks = [*hooks, calls.HOOK]
     hooked = [(h, [e for e in stored if e.type in h.types]) for h in hooks]
     hooked = [(h, found) for h, found in hooked if found]
@@ -414,6 +414,7 @@ def _params(
             for data, stub, call in zip(datas, stubs, call_stubs, strict=True)
         ],
         "manifests": any(stub is not None for stub in stubs),
+        "kept_calls": any(call is not None for call in call_stubs),
         "events_channel": EVENTS_CHANNEL,
         "payload": pointer(head.run_id, new.seq),
         "carried": carried_head(head.run_id, new.seq, now),

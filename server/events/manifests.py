@@ -71,5 +71,5 @@ FROM {source} WHERE {where} AND b.manifest IS NOT NULL
 # table by the event's key (an index lookup, for these events only); if the row is gone
 # (erased), the stub is what there is.
 EVENT_DATA = f"""WHEN e.type = '{EventType.CONTEXT_BUILT.value}' AND e.data ? '{STUB_KEY}'
-    THEN COALESCE((SELECT COALESCE(m.manifest, m.manifest_text::jsonb) FROM {TABLE} m
+    THEN COALESCE((SELECT {STORED} FROM {TABLE} m
         WHERE m.run_id = e.run_id AND m.event_seq = e.seq), e.data)"""

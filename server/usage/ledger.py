@@ -26,30 +26,6 @@ SELECT {calls.VALUES}
 FROM runs r WHERE r.id = %(runId)s
 ON CONFLICT (id) DO NOTHING
 """
-_FIELDS = (
-    "step",
-    "attempt",
-    "provider",
-    "model",
-    "modelId",
-    "requestedModel",
-    "fallbackIndex",
-    "status",
-    "inputTokens",
-    "outputTokens",
-    "cachedInputTokens",
-    "reasoningTokens",
-    "totalTokens",
-    "latencyMs",
-    "ttftMs",
-    "cost",
-    "priceSource",
-    "finishReason",
-    "errorClass",
-    "statusCode",
-    "itemId",
-    "error",
-)
 
 
 async def store_model_calls(
@@ -62,7 +38,7 @@ async def store_model_calls(
         # A call kept in its row only, the append wrote the row (server/events/calls.py).
         if not call or calls.keeps(ev.type, ev.data):
             continue
-        row = {k: call.get(k) for k in _FIELDS}
+        row = {k: call.get(k) for k in calls.FIELDS}
         row.update(callId=call["callId"], seq=ev.seq, ts=ev.ts, runId=run_id)
         row["fallbackIndex"] = row["fallbackIndex"] or 0
         rows.append(row)
