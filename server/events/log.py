@@ -6,7 +6,8 @@ atomically (one statement, or one transaction when the row must be read first).
 
 The snapshot is stored (`run_snapshots`) whenever no worker holds the run after the append,
 and every `LAG_MAX` events while one does; the worker keeps it folded in its head meanwhile.
-Readers fold the events after the stored one's `seq` from the log (docs/decisions/2010).
+Readers fold the events after the stored one's `seq` from the log (docs/decisions/2010). A
+new run has none until a later append stores it: its first events are few (docs/decisions/2044).
 """
 
 from __future__ import annotations
@@ -135,18 +136,30 @@ ORDER BY seq
 """
 
 
-async def fold_tail(conn: Conn, head: RunHead) -> RunHead:
+# The same events as one JSON array, for a statement that reads them with the run's row:
+# `{run}` and `{after}` are its SQL for the run's row and the stored snapshot's seq.
+TAIL_JSON = """(SELECT json_agg(json_build_object('seq', e.seq, 'type', e.type, 'data', e.data)
+    ORDER BY e.seq) FROM run_events e
+    WHERE e.run_id = {run}.id AND e.seq > COALESCE({after}, 0)
+      AND e.ts >= {run}.created_at - interval '1 day')"""
+
+
+async def fold_tail(
+    conn: Conn, head: RunHead, rows: Sequence[Mapping[str, Any]] | None = None
+) -> RunHead:
     """Return `head` with the events after its stored snapshot folded into its snapshot.
 
     Those events are the run's own and never change: any statement that sees the run at
-    `head.seq` finds them in the log.
+    `head.seq` finds them in the log. `rows` are those events when the caller's statement
+    has read them already (`TAIL_JSON`), each with its `seq`, `type` and `data`.
     """
     if head.snapshot_seq >= head.seq:
         return head
-    cur = await conn.execute(
-        _TAIL, {"run": head.run_id, "after": head.snapshot_seq, "upto": head.seq}
-    )
-    rows = await cur.fetchall()
+    if rows is None:
+        cur = await conn.execute(
+            _TAIL, {"run": head.run_id, "after": head.snapshot_seq, "upto": head.seq}
+        )
+        rows = await cur.fetchall()
     if len(rows) != head.seq - head.snapshot_seq:
         raise RuntimeError(
             f"run {head.run_id}: the log holds {len(rows)} of the events"
@@ -188,16 +201,20 @@ async def append_creating(
     if params["kept_calls"]:
         # The creating statement runs no store hook, so a kept call would lose its row.
         raise ValueError("a run's first events report no model call")
+    # No snapshot yet: a reader folds the run's first events from the log, and the claim
+    # reads them with the run's row (`TAIL_JSON`). The run's end stores it (docs/decisions/2044).
+    params["snapshot"] = None
     cursor = await conn.execute(statement, {**params, **values})
-    return replace(new, snapshot_seq=new.seq), cursor
+    return new, cursor
 
 
 async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, data: str) -> RunHead:
     """The head of a run whose claim's statement appended its `run.started` (`data`, at `ts`).
 
     `row` is the run's row as the claim left it, with its stored snapshot
-    (`SNAPSHOT_COLUMNS`): the head before the event is folded as any reader's, then the event
-    onto it here, as its append would have. The snapshot is stored, in the caller's
+    (`SNAPSHOT_COLUMNS`) and the events after it (`tail`, `TAIL_JSON`): the head before the
+    event is folded as any reader's, then the event onto it here, as its append would have.
+    The snapshot is stored, in the caller's
     transaction, only if it would otherwise lag more than `LAG_MAX` events (a run taken over
     from a worker that lost it): the claimer holds the run (docs/decisions/2010).
     """
@@ -205,6 +222,7 @@ async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, dat
     before = await fold_tail(
         conn,
         head_of(run_id, {**row, "last_event_seq": row["last_event_seq"] - 1, "status": "queued"}),
+        row["tail"] or (),
     )
     head, _ = fold_events(before, [NewEvent(_RUN_STARTED, json.loads(data))], ts)
     if head.seq != row["last_event_seq"]:

@@ -38,6 +38,7 @@ from server.errors import (
 from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL
 from server.events.log import (
     SNAPSHOT_COLUMNS,
+    TAIL_JSON,
     NewEvent,
     RunHead,
     append_creating,
@@ -584,7 +585,8 @@ WITH claimed AS ({_CLAIM}), started AS (
         || seq || ' ' || type || ' ' || data)
     FROM started
 )
-SELECT claimed.*, {SNAPSHOT_COLUMNS}, started.ts AS started_ts, started.data AS started_data,
+SELECT claimed.*, {SNAPSHOT_COLUMNS}, {TAIL_JSON.format(run="claimed", after="s.seq")} AS tail,
+    started.ts AS started_ts, started.data AS started_data,
     (SELECT count(*) FROM woken) AS woken,
     EXISTS (
         SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
@@ -649,7 +651,7 @@ async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | N
     run = Run.from_row(row)
     if row["started_data"] is None:  # a cancel or pause asked for: not started
         # The stored snapshot lags only behind a worker that lost the run (docs/decisions/2010).
-        head = await fold_tail(conn, head_of(run.id, row))
+        head = await fold_tail(conn, head_of(run.id, row), row["tail"] or ())
     else:
         head = await started_by_claim(conn, row, row["started_ts"], row["started_data"])
     return Claim(run, head, row["input_content"]), row["backlog"]

@@ -4,13 +4,16 @@
 writes with its own copies of `AsyncPostgresSaver.aput` and `aput_writes` (without their
 thread hop). These tests hand each class and LangGraph's the same checkpoint and the same
 writes, on two threads of one database, and compare every stored row: a LangGraph upgrade
-that changes what the base class stores fails here.
+that changes what the base class stores fails here. The versions ours give channels are
+shorter than LangGraph's, and a thread moves between the two savers at will.
 """
 
 from __future__ import annotations
 
+import operator
+import re
 import threading
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -18,6 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, empty_checkpoint
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
 
 from server.db.checkpoint import FencedPostgresSaver, InlinePostgresSaver
 from server.db.pool import Pool
@@ -115,3 +119,70 @@ async def test_values_are_serialised_on_the_event_loops_thread(
     serde = ThreadRecordingSerde()
     await _store(saver(pool, serde=serde), f"inline-thread-{saver.__name__}", _checkpoint())
     assert serde.threads == {threading.get_ident()}
+
+
+VERSION = re.compile(r"^\d{32}\.[A-Za-z0-9_-]{8}$")
+
+
+def _counting_graph(saver: AsyncPostgresSaver) -> Any:
+    """Two nodes in a loop, three times round at each invocation."""
+
+    class State(TypedDict):
+        items: Annotated[list[str], operator.add]
+        turns: int
+
+    def first(state: State) -> dict[str, Any]:
+        return {"items": [f"a{len(state['items'])}"], "turns": state.get("turns", 0) + 1}
+
+    def second(state: State) -> dict[str, Any]:
+        return {"items": [f"b{len(state['items'])}"]}
+
+    graph = StateGraph(State)
+    graph.add_node("first", first)
+    graph.add_node("second", second)
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "second")
+    graph.add_conditional_edges(
+        "second", lambda s: END if s["turns"] % 3 == 0 else "first", [END, "first"]
+    )
+    return graph.compile(checkpointer=saver)
+
+
+async def _versions(saver: AsyncPostgresSaver, thread: str) -> list[str]:
+    versions = []
+    async for found in saver.alist({"configurable": {"thread_id": thread}}):
+        versions += found.checkpoint["channel_versions"].values()
+        for seen in found.checkpoint["versions_seen"].values():
+            versions += seen.values()
+    return versions
+
+
+async def test_channel_versions_are_shorter_and_any_saver_continues_them(pool: Pool) -> None:
+    """Our versions order and parse as LangGraph's: a thread moves between savers at will."""
+    await setup_checkpointer(pool)
+    ours, theirs = InlinePostgresSaver(pool), AsyncPostgresSaver(pool)
+    mixed, plain = {"configurable": {"thread_id": "versions-mixed"}}, {
+        "configurable": {"thread_id": "versions-plain"}
+    }
+    # The same three turns: ours, LangGraph's, ours again; and LangGraph's throughout.
+    for saver in (ours, theirs, ours):
+        mixed_state = await _counting_graph(saver).ainvoke({"items": ["go"]}, mixed)
+    for _ in range(3):
+        plain_state = await _counting_graph(theirs).ainvoke({"items": ["go"]}, plain)
+    assert mixed_state == plain_state
+    assert len(mixed_state["items"]) == 21 and mixed_state["turns"] == 9
+
+    fresh = {"configurable": {"thread_id": "versions-ours"}}
+    await _counting_graph(ours).ainvoke({"items": ["go"]}, fresh)
+    found = await _versions(ours, "versions-ours")
+    assert found and all(VERSION.match(v) for v in found), found
+    theirs_found = await _versions(theirs, "versions-plain")
+    assert min(map(len, theirs_found)) > max(map(len, found))
+    # Each next version orders after the one before, whichever saver gives it.
+    current = max(found)
+    for saver in (ours, theirs, ours):
+        following = saver.get_next_version(current, None)
+        assert following > current
+        current = following
+    assert VERSION.match(ours.get_next_version(None, None))
+    assert ours.get_next_version(None, None) < ours.get_next_version(7, None)

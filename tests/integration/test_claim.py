@@ -201,8 +201,10 @@ async def test_the_claim_stores_run_started_as_its_append_would(
     batch = carried(payloads[0])
     assert batch is not None and batch.events == events[1:]
     assert (head.seq, head.status, head.attempt) == (2, "running", 1)
+    # The same fold as a reader's, which reads the log by a query of its own.
     assert head.snapshot == claim.head.snapshot
-    assert (claim.head.seq, claim.head.snapshot_seq) == (2, 1)  # held: stored when released
+    # No snapshot stored yet: the claim's statement read `run.created` with the run's row.
+    assert (claim.head.seq, claim.head.snapshot_seq) == (2, 0)  # held: stored when released
     assert (run.last_event_seq, run.status) == (2, "running")
     assert run.started_at is not None
 

@@ -250,10 +250,9 @@ async def test_a_held_runs_snapshot_is_stored_once_no_worker_holds_it(pool: Pool
     generation = await claim(pool, run_id)
     async with pool.connection() as conn:
         head = await load_head(conn, run_id, lock=False)
-        assert await stored_snapshot(conn, run_id) == (
-            1,
-            fold_of(run_id, (await read_events(conn, run_id, 0, 1))),
-        )
+        # A new run has no stored snapshot: its claim folded its first event from the log.
+        assert await stored_snapshot(conn, run_id) is None
+        assert head.snapshot == fold_of(run_id, (await read_events(conn, run_id, 0, 2)))
         writer_head = head
         for word in ("one ", "two "):
             writer_head, _ = await append_events(
@@ -267,10 +266,10 @@ async def test_a_held_runs_snapshot_is_stored_once_no_worker_holds_it(pool: Pool
                 head=writer_head,
             )
         events = await read_events(conn, run_id, 0, 100)
-        # The worker holds the run: its appends left the stored snapshot at `run.created`,
-        # and a reader folds the rest from the log.
-        assert (await stored_snapshot(conn, run_id) or (0,))[0] == 1
-        assert writer_head.snapshot_seq == 1
+        # The worker holds the run: its appends stored no snapshot, and a reader folds the
+        # log.
+        assert await stored_snapshot(conn, run_id) is None
+        assert writer_head.snapshot_seq == 0
         fresh = await load_head(conn, run_id, lock=False)
         assert (fresh.seq, fresh.snapshot) == (6, fold_of(run_id, events))
         assert fresh.snapshot == writer_head.snapshot
@@ -295,16 +294,16 @@ async def test_a_held_runs_stored_snapshot_lags_at_most_lag_max_events(pool: Poo
                 generation=generation,
                 head=head,
             )
-            row = await stored_snapshot(conn, run_id)
-            assert row is not None
-            assert head.seq - row[0] <= LAG_MAX
-            assert row[0] == head.snapshot_seq
-            stored_at.add(row[0])
+            # None stored at the run's creation: the first comes once LAG_MAX events lag.
+            seq = (await stored_snapshot(conn, run_id) or (0, None))[0]
+            assert head.seq - seq <= LAG_MAX
+            assert seq == head.snapshot_seq
+            stored_at.add(seq)
         events = await read_events(conn, run_id, 0, 10_000)
         row = await stored_snapshot(conn, run_id)
         assert row is not None
         assert row[1] == fold_of(run_id, [e for e in events if e[0] <= row[0]])
-    assert len(stored_at) >= 3  # created, then at least twice while held
+    assert len(stored_at) >= 3  # none at first, then at least twice while held
 
 
 async def test_a_new_run_is_one_row_version_written_with_its_first_event(
@@ -337,10 +336,11 @@ async def test_a_new_run_is_one_row_version_written_with_its_first_event(
         row = await cursor.fetchone()
         assert row is not None
         assert (row["last_event_seq"], row["status"]) == (1, "queued")
-        assert (head.seq, head.snapshot_seq, head.status) == (1, 1, "queued")
+        assert (head.seq, head.snapshot_seq, head.status) == (1, 0, "queued")
         # What a stream may start with is what a replay reads, byte for byte.
         batch = carried(row["carried"])
         assert batch is not None
         assert batch.events == await read_events(conn, run_id, 0, 10)
-        assert await stored_snapshot(conn, run_id) == (1, head.snapshot)
+        # No snapshot stored for a new run: a reader folds its first event from the log.
+        assert await stored_snapshot(conn, run_id) is None
         assert (await load_head(conn, run_id, lock=False)).snapshot == head.snapshot
