@@ -7,7 +7,7 @@ from typing import Any
 
 from nodes.context.summary import Summary
 from server.db.pool import Conn, Pool
-from server.events.manifests import STORED
+from server.events.manifests import stored
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ async def run_manifests(
     """
     cur = await conn.execute(
         "SELECT DISTINCT ON (step, attempt) step, attempt, event_seq, created_at,"
-        f" {STORED} AS manifest FROM context_manifests WHERE run_id = %s"
+        f" {stored()} AS manifest FROM context_manifests WHERE run_id = %s"
         " AND (%s::int IS NULL OR step = %s) AND (%s::int IS NULL OR attempt = %s)"
         " ORDER BY step, attempt, event_seq DESC",
         (run_id, step, step, attempt, attempt),

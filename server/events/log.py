@@ -450,15 +450,18 @@ def _batch_json(
     """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
 
     Each data is already JSON text, and is put in as it is. An event whose manifest is kept
-    in its table has its stub as `data` and its data's text, as a JSON string, as `manifest`:
-    the table keeps the text as it is (server/events/manifests.py). An event whose call is
+    in its table has its stub as `data`, its data's text, as a JSON string, as `manifest`,
+    and the text the table keeps, when it is not that, as `kept` (server/events/manifests.py
+    `kept_text`). An event whose call is
     kept in its ledger row has its stub as `data` and its whole data as `whole` (calls.py).
     """
     rows = []
     for e, data, stub, call in zip(stored, datas, stubs, call_stubs, strict=True):
         head = f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":'
         if stub is not None:
-            rows.append(f'{head}{stub},"manifest":{jsontext.dumps(data)}}}')
+            kept = manifests.kept_text(e.data)
+            tail = "" if kept is None else f',"kept":{jsontext.dumps(kept)}'
+            rows.append(f'{head}{stub},"manifest":{jsontext.dumps(data)}{tail}}}')
         elif call is not None:
             rows.append(f'{head}{call[0]},"whole":{call[1]}}}')
         else:

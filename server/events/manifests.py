@@ -8,8 +8,9 @@ the manifest back (`EVENT_DATA`). Live frames carry the manifest as the append s
 its table, so a live stream and a replay stay byte-identical (docs/decisions/2039).
 
 The table keeps the manifest as the compact JSON text the append sent (`manifest_text`,
-`json`), smaller than its `jsonb`; rows stored before keep `jsonb` (`manifest`). Readers
-take `STORED`, which is `jsonb` either way (docs/decisions/2041).
+`json`), smaller than its `jsonb`; rows stored before keep `jsonb` (`manifest`). The text
+leaves out the keys the row's own columns hold (`kept_text`). Readers take `stored`, which
+is the whole manifest as `jsonb` either way (docs/decisions/2041, 2046).
 
 An event whose data has no integer `step` is not a manifest the table can key: it is stored
 as it is, with no row beside it.
@@ -40,15 +41,66 @@ def stub_text(kind: str, data: Mapping[str, Any]) -> str | None:
     return jsontext.dumps(stub)
 
 
-# A row's manifest as `jsonb`, whichever form the row holds.
-STORED = "COALESCE(manifest, manifest_text::jsonb)"
+# The manifest's keys its row's columns give back exactly (`kept_text`), each with the test
+# of a value that a column reproduces, and the SQL that rebuilds it from the row `{m}`.
+_INT32 = range(-(2**31), 2**31)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT32
+
+
+_COLUMNS: dict[str, tuple[Any, str]] = {
+    "step": (_int, "{m}.step"),
+    "attempt": (_int, "{m}.attempt"),
+    "model": (lambda v: isinstance(v, str), "{m}.model"),
+    "profile": (
+        lambda v: (
+            isinstance(v, dict)
+            and v.keys() == {"name", "version"}
+            and isinstance(v["name"], str)
+            and _int(v["version"])
+        ),
+        "jsonb_build_object('name', {m}.agent_name, 'version', {m}.agent_version)",
+    ),
+    "window": (_int, "{m}.window_tokens"),
+    "totalTokens": (_int, "{m}.total_tokens"),
+}
+
+
+def kept_text(data: Mapping[str, Any]) -> str | None:
+    """The JSON text the table keeps of a manifest whose row's columns hold some of it.
+
+    Its step, attempt, model, profile, window and total tokens are the row's columns too:
+    when the columns give back all six exactly, the table keeps the rest of the manifest
+    only, and `stored` puts them back (docs/decisions/2046). None when any is missing or
+    out of a column's reach: the table keeps the whole text.
+    """
+    if not all(key in data and test(data[key]) for key, (test, _) in _COLUMNS.items()):
+        return None
+    return jsontext.dumps({k: v for k, v in data.items() if k not in _COLUMNS})
+
+
+def stored(m: str = TABLE) -> str:
+    """A row's manifest as `jsonb`, whichever form the row `m` (a table alias) holds.
+
+    Rows stored before keep `jsonb` (`manifest`); the others the text the append sent
+    (`manifest_text`), whole or, when it has no `step`, without the keys the columns give
+    back (`kept_text`), which are put back first so that the text's own keys win.
+    """
+    columns = ", ".join(f"'{key}', {sql.format(m=m)}" for key, (_, sql) in _COLUMNS.items())
+    return (
+        f"COALESCE({m}.manifest, (SELECT CASE WHEN t ? 'step' THEN t"
+        f" ELSE jsonb_build_object({columns}) || t END"
+        f" FROM (SELECT {m}.manifest_text::jsonb AS t) AS kept))"
+    )
 
 
 def insert_sql(source: str, where: str, run: str, tenant: str) -> str:
     """An `INSERT` of the manifests of a batch's rows `b` in `source`.
 
-    `b` has `seq`, `manifest` (the manifest parsed, `jsonb`) and `manifest_text` (its JSON
-    text as the append sent it, which the row keeps).
+    `b` has `seq`, `manifest` (the manifest parsed, `jsonb`) and `manifest_text` (the JSON
+    text the row keeps: the manifest's as the append sent it, or `kept_text`'s).
 
     `where` narrows `source`; `run` and `tenant` are the SQL of the run's id and tenant;
     `%(attempt)s` (the attempt when a manifest names none) and `%(ts)s` (the batch's time)
@@ -71,5 +123,5 @@ FROM {source} WHERE {where} AND b.manifest IS NOT NULL
 # table by the event's key (an index lookup, for these events only); if the row is gone
 # (erased), the stub is what there is.
 EVENT_DATA = f"""WHEN e.type = '{EventType.CONTEXT_BUILT.value}' AND e.data ? '{STUB_KEY}'
-    THEN COALESCE((SELECT {STORED} FROM {TABLE} m
+    THEN COALESCE((SELECT {stored("m")} FROM {TABLE} m
         WHERE m.run_id = e.run_id AND m.event_seq = e.seq), e.data)"""

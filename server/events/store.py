@@ -88,14 +88,15 @@ INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(sna
 """
 
 
-# The batch's rows: a manifest kept in its table comes as its JSON text, which the table keeps,
-# and is parsed here once (server/events/manifests.py); an event whose call is kept in its
-# ledger row comes whole as `whole`, for the notification (server/events/calls.py).
+# The batch's rows: a manifest kept in its table comes as its JSON text, parsed here once, and
+# as the text the table keeps (`kept`: without the keys its columns hold; when absent, the
+# whole text; server/events/manifests.py); an event whose call is kept in its ledger row comes
+# whole as `whole`, for the notification (server/events/calls.py).
 _BATCH = """
-    SELECT b.seq, b.type, b.data, b.manifest::jsonb AS manifest, b.manifest AS manifest_text,
-        b.whole
+    SELECT b.seq, b.type, b.data, b.manifest::jsonb AS manifest,
+        COALESCE(b.kept, b.manifest) AS manifest_text, b.whole
     FROM jsonb_to_recordset(%(events)s::jsonb)
-        AS b(seq bigint, type text, data jsonb, manifest text, whole jsonb)"""
+        AS b(seq bigint, type text, data jsonb, manifest text, kept text, whole jsonb)"""
 
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if

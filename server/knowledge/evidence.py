@@ -13,7 +13,7 @@ from typing import Any
 
 from server.db.pool import Conn
 from server.domain import Run
-from server.events.manifests import STORED
+from server.events import manifests
 
 MARKER = re.compile(r"\[(chk_[0-9a-f]{16})\]")
 
@@ -21,7 +21,7 @@ MARKER = re.compile(r"\[(chk_[0-9a-f]{16})\]")
 async def _kept_by_manifest(conn: Conn, run_id: str) -> dict[int, list[str]]:
     """Chunk ids the `knowledge` section kept, by step (the latest attempt of each step)."""
     cur = await conn.execute(
-        f"SELECT DISTINCT ON (step) step, {STORED} -> 'sections' AS sections"
+        f"SELECT DISTINCT ON (step) step, {manifests.stored()} -> 'sections' AS sections"
         " FROM context_manifests WHERE run_id = %s ORDER BY step, attempt DESC, event_seq DESC",
         (run_id,),
     )

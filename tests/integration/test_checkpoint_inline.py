@@ -161,9 +161,10 @@ async def test_channel_versions_are_shorter_and_any_saver_continues_them(pool: P
     """Our versions order and parse as LangGraph's: a thread moves between savers at will."""
     await setup_checkpointer(pool)
     ours, theirs = InlinePostgresSaver(pool), AsyncPostgresSaver(pool)
-    mixed, plain = {"configurable": {"thread_id": "versions-mixed"}}, {
-        "configurable": {"thread_id": "versions-plain"}
-    }
+    mixed, plain = (
+        {"configurable": {"thread_id": "versions-mixed"}},
+        {"configurable": {"thread_id": "versions-plain"}},
+    )
     # The same three turns: ours, LangGraph's, ours again; and LangGraph's throughout.
     for saver in (ours, theirs, ours):
         mixed_state = await _counting_graph(saver).ainvoke({"items": ["go"]}, mixed)

@@ -19,7 +19,7 @@ from server import jsontext
 from server.agents.context_store import run_manifests
 from server.db.pool import Pool
 from server.events.log import NewEvent, RunHead, append_events, load_head, read_events
-from server.events.manifests import STORED
+from server.events.manifests import stored
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import (
@@ -54,6 +54,10 @@ def manifest(step: int, attempt: int = 1, note: str = "") -> dict[str, Any]:
     }
 
 
+# The keys a row's columns give back, which its text leaves out.
+COLUMN_KEYS = {"step", "attempt", "model", "profile", "window", "totalTokens"}
+
+
 def built(step: int, attempt: int = 1, note: str = "") -> NewEvent:
     return NewEvent(EventType.CONTEXT_BUILT, manifest(step, attempt, note))
 
@@ -72,7 +76,7 @@ async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT event_seq, step, attempt, tenant_id, agent_version, total_tokens,"
-            f" {STORED} AS manifest, manifest IS NULL AS as_text, manifest_text::text AS text"
+            f" {stored()} AS manifest, manifest IS NULL AS as_text, manifest_text::text AS text"
             " FROM context_manifests WHERE run_id = %s",
             (run_id,),
         )
@@ -131,8 +135,9 @@ async def test_every_append_path_stores_the_manifest_once_and_reads_give_it_back
     assert sorted(table) == sorted(appended)
     for seq, row in table.items():
         assert row["manifest"] == appended[seq]
-        # Kept as the compact text the append sent, not as `jsonb`.
-        assert row["as_text"] and row["text"] == jsontext.dumps(appended[seq])
+        # Kept as compact text, not as `jsonb`, without the keys the row's columns hold.
+        rest = {k: v for k, v in appended[seq].items() if k not in COLUMN_KEYS}
+        assert row["as_text"] and row["text"] == jsontext.dumps(rest)
         assert (row["step"], row["attempt"], row["tenant_id"]) == (appended[seq]["step"], 1, "t1")
         assert (row["agent_version"], row["total_tokens"]) == (3, appended[seq]["totalTokens"])
 
@@ -199,3 +204,54 @@ async def test_an_event_stored_whole_is_read_as_stored_and_one_without_a_step_ha
                 " VALUES (%s, 9, 1, 999, 't1')",
                 (run_id,),
             )
+
+
+# Manifests whose six keys the row's columns cannot all give back exactly: kept whole.
+# (Values the columns refuse, such as a fractional window, fail the append as before.)
+ODD = [
+    {"model": None},
+    {"model": 7},
+    {"profile": {"name": "default", "version": 3, "hash": "x"}},
+    {"profile": {"name": 5, "version": 3}},
+    {"profile": {"name": "default"}},
+    {"profile": None},
+    {"window": None},
+    {"totalTokens": None},
+    {"attempt": None},
+]
+
+
+async def test_a_manifest_the_columns_cannot_give_back_is_kept_whole(
+    pool: Pool, notifier: Notifier
+) -> None:
+    run_id, generation, head = await started(pool)
+    start = head.seq
+    tail, _ = await following(pool, notifier, run_id, start)
+    cases = [{**manifest(n + 1), **odd} for n, odd in enumerate(ODD)]
+    cases.append({k: v for k, v in manifest(len(ODD) + 1).items() if k != "model"})
+    cases.append({k: v for k, v in manifest(len(ODD) + 2).items() if k != "attempt"})
+    cases.append({k: v for k, v in manifest(len(ODD) + 3).items() if k != "window"})
+    async with pool.connection() as conn:
+        head, stored_events = await append_events(
+            conn,
+            run_id,
+            [
+                *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
+                NewEvent(EventType.RUN_COMPLETED, {}),
+            ],
+            generation=generation,
+            head=head,
+        )
+    await tail.until(head.seq)
+    await asyncio.wait_for(tail.task, 60)
+    appended = {e.seq: dict(e.data) for e in stored_events if e.type == EventType.CONTEXT_BUILT}
+    table = await table_rows(pool, run_id)
+    assert sorted(table) == sorted(appended)
+    for seq, row in table.items():
+        assert row["text"] == jsontext.dumps(appended[seq]), appended[seq]
+        assert row["manifest"] == appended[seq]
+    await assert_reads_give_back(pool, notifier, tail, head, start, appended)
+    async with pool.connection() as conn:
+        by_step = {m["step"]: m for m in await run_manifests(conn, run_id)}
+    # The context route gives the manifest as appended: no key put back that it lacked.
+    assert by_step[1]["model"] is None and "model" not in by_step[len(ODD) + 1]
