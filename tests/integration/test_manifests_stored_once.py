@@ -18,6 +18,7 @@ from graphs.events import EventType
 from server import jsontext
 from server.agents.context_store import run_manifests
 from server.db.pool import Pool
+from server.errors import LeaseLostError
 from server.events.log import NewEvent, RunHead, append_events, load_head, read_events
 from server.events.manifests import stored
 from server.events.notify import Notifier
@@ -255,3 +256,28 @@ async def test_a_manifest_the_columns_cannot_give_back_is_kept_whole(
         by_step = {m["step"]: m for m in await run_manifests(conn, run_id)}
     # The context route gives the manifest as appended: no key put back that it lacked.
     assert by_step[1]["model"] is None and "model" not in by_step[len(ODD) + 1]
+
+
+async def test_an_append_to_a_deleted_run_leaves_no_row_beside_the_log(pool: Pool) -> None:
+    """With no foreign key to `runs` (docs/decisions/2047), the append's own update guards."""
+    run_id, generation, head = await started(pool)
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM runs WHERE id = %s", (run_id,))
+    for batch in (
+        [built(1)],  # one statement
+        [built(2), usage_event("mc_gone")],  # the pipelined transaction with store hooks
+        [built(3), *[NewEvent("note", {"n": n}) for n in range(80)]],  # COPY
+        [NewEvent(EventType.RUN_COMPLETED, {})],  # the snapshot's store
+    ):
+        async with pool.connection() as conn:
+            # The run's row did not move: to the appender, a lost lease.
+            with pytest.raises(LeaseLostError):
+                await append_events(
+                    conn, run_id, batch, generation=generation, head=head, hooks=[MODEL_CALLS]
+                )
+    async with pool.connection() as conn:
+        for table in ("run_events", "context_manifests", "model_calls", "run_snapshots"):
+            cur = await conn.execute(
+                f"SELECT count(*) AS n FROM {table} WHERE run_id = %s", (run_id,)
+            )
+            assert await cur.fetchone() == {"n": 0}, table

@@ -151,10 +151,25 @@ async def test_new_days_of_a_held_table_are_left_for_the_next_pass(pool: Pool) -
     assert all([await _exists(pool, name) for name in names])
 
 
+# The rows beside a run's log that go with the run by the same trigger, no foreign key.
+_RUN_ROWS = (
+    "INSERT INTO context_manifests (run_id, step, attempt, event_seq, tenant_id, manifest_text)"
+    " VALUES (%(run)s, 1, 1, 2, 't', '{\"sections\": []}')",
+    "INSERT INTO model_calls (id, run_id, event_seq, tenant_id, user_id, conversation_id, step,"
+    " attempt, provider, model, model_id, requested_model, status, latency_ms)"
+    " VALUES ('mc_' || %(run)s, %(run)s, 3, 't', 'u', 'conv_' || %(run)s, 1, 1, 'p', 'm', 'm',"
+    " 'm', 'ok', 1.5)",
+    "INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(run)s, 5, '{}')",
+)
+
+
 async def test_a_deleted_run_takes_its_events_with_it(pool: Pool) -> None:
-    await _run_with_events(pool, "run_gone_c", days_ago=0)
-    await _run_with_events(pool, "run_gone_d", days_ago=0)
-    await _run_with_events(pool, "run_kept_e", days_ago=0)
+    """And its manifests, model calls and snapshot (docs/decisions/2002, 2047)."""
+    for run_id in ("run_gone_c", "run_gone_d", "run_kept_e"):
+        await _run_with_events(pool, run_id, days_ago=0)
+        async with pool.connection() as conn:
+            for insert in _RUN_ROWS:
+                await conn.execute(insert, {"run": run_id})
     async with pool.connection() as conn:
         await conn.execute("DELETE FROM runs WHERE id = 'run_gone_c'")
         # Through the conversation's cascade, as deleting a LangGraph thread does.
@@ -163,6 +178,9 @@ async def test_a_deleted_run_takes_its_events_with_it(pool: Pool) -> None:
     for run_id, left in (("run_gone_c", 0), ("run_gone_d", 0), ("run_kept_e", 5)):
         sql = "SELECT count(*) FROM run_events WHERE run_id = %s"
         assert await _scalar(pool, sql, run_id) == left, run_id
+        for table in ("context_manifests", "model_calls", "run_snapshots"):
+            sql = f"SELECT count(*) FROM {table} WHERE run_id = %s"
+            assert await _scalar(pool, sql, run_id) == min(left, 1), (table, run_id)
 
 
 async def test_spans_and_payloads_the_default_partitions_caught_go_by_their_dates(
