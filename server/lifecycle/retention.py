@@ -232,8 +232,9 @@ async def _trim_short_spans(
         cur = await conn.execute(
             "WITH gone AS (DELETE FROM trace_span_sets WHERE tenant_id = %(t)s"
             " AND ended_at < %(now)s::timestamptz - make_interval(days => %(d)s)"
-            " RETURNING trace_id, span_count, spans), payloads AS (DELETE FROM trace_payloads p"
-            " USING gone CROSS JOIN LATERAL jsonb_array_elements(gone.spans) AS s"
+            " RETURNING trace_id, span_count, spans, spans_text), payloads AS ("
+            " DELETE FROM trace_payloads p USING gone CROSS JOIN LATERAL"
+            " jsonb_array_elements(COALESCE(gone.spans, gone.spans_text::jsonb)) AS s"
             " WHERE p.trace_id = gone.trace_id AND p.span_id = s ->> 'span_id'"
             " RETURNING 1)"
             " SELECT (SELECT COALESCE(sum(span_count), 0) FROM gone) AS spans,"

@@ -272,16 +272,19 @@ class PostgresSpanSink:
                 log.exception("storing spans failed; will retry")
 
 
+# The spans go in as the JSON text the writer made (`spans_text`): `json_to_recordset` takes
+# each set's array as it is in the batch's text, and COPY is given it (docs/decisions/2048).
 _SET_COLUMNS = "trace_id, set_id, run_id, tenant_id, ended_at, span_count, spans"
+_STORED_COLUMNS = _SET_COLUMNS.replace("spans", "spans_text")
 # A batch given back after a failure whose commit was in doubt may hold sets already stored.
 _INSERT_SETS = f"""
-INSERT INTO trace_span_sets ({_SET_COLUMNS})
-SELECT {_SET_COLUMNS} FROM jsonb_to_recordset(%s::jsonb) AS s(
+INSERT INTO trace_span_sets ({_STORED_COLUMNS})
+SELECT {_SET_COLUMNS} FROM json_to_recordset(%s::json) AS s(
     trace_id text, set_id text, run_id text, tenant_id text, ended_at timestamptz,
-    span_count integer, spans jsonb)
+    span_count integer, spans json)
 ON CONFLICT DO NOTHING
 """
-_COPY_SETS = f"COPY trace_span_sets ({_SET_COLUMNS}) FROM STDIN"
+_COPY_SETS = f"COPY trace_span_sets ({_STORED_COLUMNS}) FROM STDIN"
 _COLUMNS = tuple(c.strip() for c in _SET_COLUMNS.split(","))
 # Up to this many sets go in one statement; more (a backlog) go through COPY.
 _INSERT_MAX = 64
