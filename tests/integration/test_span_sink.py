@@ -54,6 +54,16 @@ async def test_every_collected_span_and_payload_is_stored(
             (run_id,),
         )
         assert await cur.fetchone() == {"n": count, "ids": count}
+        # Kept as the writer's compact JSON text (docs/decisions/2048), by either path.
+        cur = await conn.execute(
+            "SELECT spans IS NULL AS text_only, spans_text::text AS text FROM trace_span_sets"
+            " WHERE run_id = %s",
+            (run_id,),
+        )
+        for row in await cur.fetchall():
+            assert row["text_only"] and row["text"] == json.dumps(
+                json.loads(row["text"]), separators=(",", ":"), ensure_ascii=False
+            )
         cur = await conn.execute(
             "SELECT data FROM trace_payloads WHERE trace_id = %s", (f"{trace_id:032x}",)
         )
@@ -287,3 +297,55 @@ async def test_a_set_is_dated_by_its_latest_spans_end_not_its_roots_start(
     # In the day partition of its end (the default partition had caught it, and the next
     # retention pass deleted it).
     assert [(r["part"] == r["day"], r["now"]) for r in stored] == [(True, True)]
+
+
+async def test_a_set_stored_as_jsonb_before_reads_as_one_stored_as_text(pool: Pool) -> None:
+    """Rows written before the spans were kept as text keep `jsonb`; the view reads both."""
+    spans = [
+        {
+            "span_id": "a1",
+            "name": "run",
+            "kind": "run",
+            "start_time": "2026-12-05T10:00:00Z",
+            "end_time": "2026-12-05T10:00:01Z",
+            "duration_ms": 1000.5,
+            "status": "ok",
+            "attributes": {"agentrt.kind": "run", "n": 1e20},
+        },
+        {
+            "span_id": "b2",
+            "parent_span_id": "a1",
+            "name": "tool x",
+            "kind": "tool",
+            "start_time": "2026-12-05T10:00:00.5Z",
+            "end_time": "2026-12-05T10:00:00.75Z",
+            "duration_ms": 250,
+            "status": "error",
+            "error": "boom",
+            "events": [{"name": "e"}],
+        },
+    ]
+    async with pool.connection() as conn:
+        for column, trace in (("spans", "f" * 32), ("spans_text", "e" * 32)):
+            await conn.execute(
+                f"INSERT INTO trace_span_sets (trace_id, set_id, run_id, tenant_id, ended_at,"
+                f" span_count, {column}) VALUES (%s, 's', 'run_forms', 't', now(), 2, %s)",
+                (trace, json.dumps(spans)),
+            )
+        cur = await conn.execute(
+            "SELECT trace_id, span_id, parent_span_id, name, kind, start_time, end_time,"
+            " duration_ms, status, error, attributes, events FROM trace_spans"
+            " WHERE run_id = 'run_forms' ORDER BY trace_id, span_id"
+        )
+        rows = await cur.fetchall()
+        with pytest.raises(psycopg.errors.CheckViolation):  # one form, never both
+            await conn.execute(
+                "INSERT INTO trace_span_sets (trace_id, set_id, run_id, tenant_id, ended_at,"
+                " span_count, spans, spans_text) VALUES ('d', 's', 'r', 't', now(), 1, '[]',"
+                " '[]')"
+            )
+    text_form, jsonb_form = rows[:2], rows[2:]
+    assert len(rows) == 4
+    for a, b in zip(text_form, jsonb_form, strict=True):
+        assert {**a, "trace_id": None} == {**b, "trace_id": None}
+    assert jsonb_form[1]["events"] == [{"name": "e"}] and jsonb_form[0]["events"] == []
