@@ -202,15 +202,19 @@ WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s AND status = 'star
 HELD_MAX_CALLS = 1_000
 HELD_MAX_CHARS = 4_000_000
 # A held call's row, written with its outcome's event; a repeat of that write (a batch written
-# again after a commit in doubt, a replay's event) changes nothing.
+# again after a commit in doubt, a replay's event) changes nothing. A test of the key, not
+# `ON CONFLICT`: a speculative insertion writes a second WAL record per row. Nobody else can
+# write the row meanwhile: the attempt holds the run's lease, and a takeover that claims the
+# call moves the lease generation first, which the batch's own append then finds moved.
 _INSERT_HELD = """
 INSERT INTO tool_ledger (run_id, tool_call_id, tenant_id, tool_name, args, idempotency_key,
                          status, generation, attempts, output, error, error_type, duration_ms,
                          started_at, finished_at)
-VALUES (%(run_id)s, %(tool_call_id)s, %(tenant_id)s, %(tool_name)s, %(args)s,
+SELECT %(run_id)s, %(tool_call_id)s, %(tenant_id)s, %(tool_name)s, %(args)s,
         %(idempotency_key)s, %(status)s, %(generation)s, %(attempts)s, %(output)s, %(error)s,
-        %(error_type)s, %(duration_ms)s, %(started_at)s, now())
-ON CONFLICT (run_id, tool_call_id) DO NOTHING
+        %(error_type)s, %(duration_ms)s, %(started_at)s, now()
+WHERE NOT EXISTS (SELECT FROM tool_ledger
+                  WHERE run_id = %(run_id)s AND tool_call_id = %(tool_call_id)s)
 """
 
 

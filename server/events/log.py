@@ -88,8 +88,10 @@ class RunHead:
     snapshot_seq: int = 0
 
 
-# The stored snapshot's columns, from `run_snapshots s` (no row before `run.created`).
-SNAPSHOT_COLUMNS = "s.seq AS snapshot_seq, s.snapshot"
+# The stored snapshot's columns, from `run_snapshots s` (none for a new run): rows stored
+# before keep `jsonb`, the others the text the appender sent (docs/decisions/2049), which
+# the server parses alike.
+SNAPSHOT_COLUMNS = "s.seq AS snapshot_seq, s.snapshot, s.snapshot_text"
 
 
 async def load_head(conn: Conn, run_id: str, *, lock: bool) -> RunHead:
@@ -120,7 +122,7 @@ def head_of(run_id: str, row: Mapping[str, Any]) -> RunHead:
         row["last_event_seq"],
         row["status"],
         row["attempt"],
-        row["snapshot"] or empty_snapshot(run_id),
+        row["snapshot"] or row["snapshot_text"] or empty_snapshot(run_id),
         row["lease_generation"],
         row["snapshot_seq"] or 0,
     )

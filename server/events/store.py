@@ -80,11 +80,12 @@ WHERE id = %(id)s AND last_event_seq = %(prev)s
   AND (%(generation)s::bigint IS NULL OR lease_generation = %(generation)s)
 RETURNING id, tenant_id
 """
-# The run's snapshot, when the append stores it (docs/decisions/2010).
-_KEPT = "ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq, snapshot = EXCLUDED.snapshot"
-KEEP_SNAPSHOT = f"""
-INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(id)s, %(seq)s, %(snapshot)s::jsonb)
-{_KEPT}
+# The run's snapshot, when the append stores it (docs/decisions/2010), as its JSON text
+# (docs/decisions/2049); a row stored before as `jsonb` is written again as text.
+KEEP_SNAPSHOT = """
+INSERT INTO run_snapshots (run_id, seq, snapshot_text) VALUES (%(id)s, %(seq)s, %(snapshot)s::json)
+ON CONFLICT (run_id) DO UPDATE
+    SET seq = EXCLUDED.seq, snapshot = NULL, snapshot_text = EXCLUDED.snapshot_text
 """
 
 
@@ -101,16 +102,23 @@ _BATCH = """
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
-# be (`snapshot` is NULL when not), store the events and the manifests kept beside them
+# be (`snapshot` is NULL when not; an update of the run's row, or an insert when it has none:
+# not `ON CONFLICT`, whose speculative insert writes a second WAL record, and whose update
+# locks the row first, a third; only the appender that moved the head writes it), store the
+# events and the manifests kept beside them
 # (server/events/manifests.py), notify listeners with the batch as a read of the log returns
 # it (server/events/carry.py: jsonb's text of each event's data, whole where the log keeps a
 # stub: server/events/calls.py), or a pointer if it would not fit.
 def _append_sql(moved: str, result: str) -> str:
     return f"""
-WITH moved AS ({moved}), kept AS (
-    INSERT INTO run_snapshots (run_id, seq, snapshot)
-    SELECT moved.id, %(seq)s, %(snapshot)s::jsonb FROM moved WHERE %(snapshot)s::text IS NOT NULL
-    {_KEPT}
+WITH moved AS ({moved}), renewed AS (
+    UPDATE run_snapshots s SET seq = %(seq)s, snapshot = NULL, snapshot_text = %(snapshot)s::json
+    FROM moved WHERE s.run_id = moved.id AND %(snapshot)s::text IS NOT NULL
+    RETURNING s.run_id
+), kept AS (
+    INSERT INTO run_snapshots (run_id, seq, snapshot_text)
+    SELECT moved.id, %(seq)s, %(snapshot)s::json FROM moved
+    WHERE %(snapshot)s::text IS NOT NULL AND NOT EXISTS (SELECT FROM renewed)
 ), batch AS ({_BATCH}
 ), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)

@@ -24,7 +24,8 @@ _WAITING_PARENTS = f"""
 SELECT p.id FROM runs p JOIN run_snapshots s ON s.run_id = p.id
 WHERE p.status = '{RunStatus.WAITING_TOOL.value}' AND p.lease_owner IS NULL
   AND EXISTS (
-    SELECT 1 FROM jsonb_array_elements(COALESCE(s.snapshot -> 'children', '[]')) c
+    SELECT 1 FROM jsonb_array_elements(
+        COALESCE(COALESCE(s.snapshot, s.snapshot_text::jsonb) -> 'children', '[]')) c
     LEFT JOIN runs r ON r.id = c ->> 'runId'
     WHERE c ->> 'status' = 'running' AND (r.id IS NULL OR {status_in(TERMINAL, "r.status")}))
 ORDER BY p.updated_at LIMIT %s

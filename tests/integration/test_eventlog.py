@@ -58,7 +58,11 @@ async def claim(pool: Pool, run_id: str) -> int:
 
 async def stored_snapshot(conn: Conn, run_id: str) -> tuple[int, dict[str, Any]] | None:
     """The run's stored snapshot as (seq, snapshot), without folding anything after it."""
-    cur = await conn.execute("SELECT seq, snapshot FROM run_snapshots WHERE run_id = %s", (run_id,))
+    cur = await conn.execute(
+        "SELECT seq, COALESCE(snapshot, snapshot_text::jsonb) AS snapshot FROM run_snapshots"
+        " WHERE run_id = %s",
+        (run_id,),
+    )
     row = await cur.fetchone()
     return None if row is None else (row["seq"], row["snapshot"])
 

@@ -88,8 +88,15 @@ async def test_each_runs_snapshot_moves_out_of_its_row(
             first = await load_head(conn, blank, lock=False)
             assert (first.seq, first.snapshot) == (0, empty_snapshot(blank))
             await append_events(conn, blank, [NewEvent(EventType.RUN_CREATED, {})])
-            cur = await conn.execute("SELECT run_id, seq FROM run_snapshots ORDER BY seq")
-            rows = [tuple(r.values()) for r in await cur.fetchall()]
+            cur = await conn.execute(
+                "SELECT run_id, seq, snapshot IS NULL AS as_text, snapshot_text::jsonb AS text"
+                " FROM run_snapshots ORDER BY seq"
+            )
+            found = await cur.fetchall()
+            rows = [(r["run_id"], r["seq"]) for r in found]
+            # Stored again, the `jsonb` row went to the text form (docs/decisions/2049).
+            assert all(r["as_text"] for r in found)
+            assert found[1]["text"] == (await load_head(conn, busy, lock=False)).snapshot
     assert rows == [(blank, 1), (busy, 5)]
     assert head.snapshot["status"] == "completed"
     assert head.snapshot["items"][0]["text"] == "half an answer"

@@ -159,7 +159,7 @@ _RUN_ROWS = (
     " attempt, provider, model, model_id, requested_model, status, latency_ms)"
     " VALUES ('mc_' || %(run)s, %(run)s, 3, 't', 'u', 'conv_' || %(run)s, 1, 1, 'p', 'm', 'm',"
     " 'm', 'ok', 1.5)",
-    "INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%(run)s, 5, '{}')",
+    "INSERT INTO run_snapshots (run_id, seq, snapshot_text) VALUES (%(run)s, 5, '{}')",
 )
 
 
