@@ -139,11 +139,14 @@ ORDER BY seq
 
 
 # The same events as one JSON array, for a statement that reads them with the run's row:
-# `{run}` and `{after}` are its SQL for the run's row and the stored snapshot's seq.
+# `{run}` and `{after}` are its SQL for the run's row and the stored snapshot's seq. The
+# bounds on `ts` leave out the log's days before the run and after its last change, as a
+# replay's do (`READ_EVENTS`).
 TAIL_JSON = """(SELECT json_agg(json_build_object('seq', e.seq, 'type', e.type, 'data', e.data)
     ORDER BY e.seq) FROM run_events e
     WHERE e.run_id = {run}.id AND e.seq > COALESCE({after}, 0)
-      AND e.ts >= {run}.created_at - interval '1 day')"""
+      AND e.ts >= {run}.created_at - interval '1 day'
+      AND e.ts <= {run}.updated_at + interval '1 day')"""
 
 
 async def fold_tail(
