@@ -75,7 +75,8 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
             charges[run_id].add(key)
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         runs = conn.execute(
-            "SELECT r.id, r.status, r.last_event_seq, s.seq AS snapshot_seq, s.snapshot,"
+            "SELECT r.id, r.status, r.last_event_seq, s.seq AS snapshot_seq,"
+            " COALESCE(s.snapshot, s.snapshot_text::jsonb) AS snapshot,"
             " m.content AS stored FROM runs r LEFT JOIN messages m ON m.id = r.output_message_id"
             " LEFT JOIN run_snapshots s ON s.run_id = r.id"
         ).fetchall()

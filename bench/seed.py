@@ -89,7 +89,7 @@ async def seed_long_run(
         ),
     )
     await conn.execute(
-        "INSERT INTO run_snapshots (run_id, seq, snapshot) VALUES (%s, %s, %s)",
+        "INSERT INTO run_snapshots (run_id, seq, snapshot_text) VALUES (%s, %s, %s::json)",
         (run_id, events, Jsonb(snap)),
     )
     rows = [*head, *((E.MESSAGE_ITEM_DELTA, {"itemId": item, "delta": c}) for c in text), *tail]
