@@ -281,7 +281,8 @@ def report(t: Trial, command: str) -> Figures:
         "the outage). Cancel latency: from the accepted `POST /cancel` to the stored "
         "`run.cancelled`, under the same chaos. Every run is checked: completed, charged once "
         "in the outside ledger, a gapless log with one terminal event whose `usage` stubs all "
-        "have their ledger rows, and the stored output equal to the deltas and to the "
+        "have their ledger rows and whose `run.completed` stub its message, and the stored "
+        "output equal to the deltas and to the "
         "snapshot, with no repeated item. Load average at the "
         f"end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores."
     )

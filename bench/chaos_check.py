@@ -85,14 +85,18 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
         ).fetchall()
         # A `usage` event stored as a stub has its call in its ledger row, in the same
         # transaction: a stub without its row is a log defect (docs/decisions/2042).
+        # So has a `run.completed` stub its answer's message (docs/decisions/2050).
         orphans = conn.execute(
             "SELECT e.run_id, e.seq FROM run_events e WHERE e.type = 'usage'"
             " AND e.data ? 'storedIn' AND NOT EXISTS"
             " (SELECT FROM model_calls m WHERE m.id = e.data ->> 'callId')"
+            " UNION ALL SELECT e.run_id, e.seq FROM run_events e"
+            " WHERE e.type = 'run.completed' AND e.data ? 'storedIn' AND NOT EXISTS"
+            " (SELECT FROM messages m WHERE m.id = e.data ->> 'outputMessageId')"
         ).fetchall()
     for orphan in orphans:
         verdict.log_defects += 1
-        verdict.problems.append(f"{orphan['run_id']}: usage event {orphan['seq']} lost its call")
+        verdict.problems.append(f"{orphan['run_id']}: event {orphan['seq']} lost its stored part")
     events: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         events[row["run_id"]].append(row)

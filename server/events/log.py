@@ -29,7 +29,7 @@ from server import jsontext
 from server.db.pool import Conn, pipelined_transaction
 from server.domain import RunStatus, is_terminal
 from server.errors import LeaseLostError, RunFinishedError, RunNotFoundError
-from server.events import calls, manifests
+from server.events import answers, calls, manifests
 from server.events.carry import carried_head, pointer, stamp, wire_event
 from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
 from server.events.plans import closing_update
@@ -399,6 +399,12 @@ def _params(
     datas = [jsontext.dumps(e.data) for e in stored]
     stubs = [manifests.stub_text(e.type, e.data) for e in stored]
     call_stubs = [calls.stub(e.type, e.data) for e in stored]
+    # Events the log keeps a stub of, with their whole data for the notification: a model
+    # call's (its ledger row holds the rest) or a run's answer (its message holds it).
+    wholes = [
+        call if call is not None else answers.stub(e.type, e.data)
+        for e, call in zip(stored, call_stubs, strict=True)
+    ]
     release = (
         is_terminal(status)
         or status in (RunStatus.QUEUED, RunStatus.WAITING_USER, RunStatus.PAUSED)
@@ -429,12 +435,13 @@ def _params(
         "attempt": new.attempt,
         # The batch as one JSON array: psycopg dumps one string in C, where three arrays
         # went through its Python array dumper, element by element.
-        "events": _batch_json(stored, datas, stubs, call_stubs),
+        "events": _batch_json(stored, datas, stubs, wholes),
         "datas": datas,
-        # What the log stores of each event (COPY): a manifest's or a call's stub, or the data.
+        # What the log stores of each event (COPY): a manifest's, a call's or an answer's
+        # stub, or the data.
         "stored_datas": [
-            stub if stub is not None else call[0] if call is not None else data
-            for data, stub, call in zip(datas, stubs, call_stubs, strict=True)
+            stub if stub is not None else whole[0] if whole is not None else data
+            for data, stub, whole in zip(datas, stubs, wholes, strict=True)
         ],
         "manifests": any(stub is not None for stub in stubs),
         "kept_calls": any(call is not None for call in call_stubs),
@@ -450,7 +457,7 @@ def _batch_json(
     stored: list[StoredEvent],
     datas: list[str],
     stubs: list[str | None],
-    call_stubs: list[tuple[str, str] | None],
+    wholes: list[tuple[str, str] | None],
 ) -> str:
     """Return the batch as the JSON array `[{"seq": …, "type": …, "data": …}, …]`.
 
@@ -458,10 +465,11 @@ def _batch_json(
     in its table has its stub as `data`, its data's text, as a JSON string, as `manifest`,
     and the text the table keeps, when it is not that, as `kept` (server/events/manifests.py
     `kept_text`). An event whose call is
-    kept in its ledger row has its stub as `data` and its whole data as `whole` (calls.py).
+    kept in its ledger row, or whose answer its message keeps, has its stub as `data` and its
+    whole data as `whole` (calls.py, answers.py).
     """
     rows = []
-    for e, data, stub, call in zip(stored, datas, stubs, call_stubs, strict=True):
+    for e, data, stub, call in zip(stored, datas, stubs, wholes, strict=True):
         head = f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":'
         if stub is not None:
             kept = manifests.kept_text(e.data)
@@ -480,10 +488,11 @@ def error_details(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # An event's data as it was appended, for a read of `run_events` aliased `e`: a stub's
-# manifest or call put back (server/events/manifests.py, calls.py). Every read of the log
-# whose data goes to a client uses it.
+# manifest, call or answer put back (server/events/manifests.py, calls.py, answers.py).
+# Every read of the log whose data goes to a client uses it.
 EVENT_DATA = f"""CASE {manifests.EVENT_DATA}
     {calls.EVENT_DATA}
+    {answers.EVENT_DATA}
     ELSE e.data END"""
 
 

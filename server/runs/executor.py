@@ -18,6 +18,7 @@ from server.db.checkpoint import LastCheckpoint
 from server.db.pool import Conn
 from server.domain import Run
 from server.errors import LeaseLostError, RunFinishedError
+from server.events import answers
 from server.events.log import RunHead
 from server.events.projection import StreamProjector
 from server.events.snapshot import output_text, streaming_items
@@ -246,7 +247,8 @@ async def _complete(
     return await _finish(
         writer,
         EventType.RUN_COMPLETED,
-        {"outputMessageId": message_id, "output": output},
+        # The message stored with it holds the answer: the log keeps it once, there.
+        answers.kept_answer(message_id, output),
         store_message,
         before,
     )
