@@ -219,9 +219,9 @@ async def started_by_claim(conn: Conn, row: Mapping[str, Any], ts: datetime, dat
     `row` is the run's row as the claim left it, with its stored snapshot
     (`SNAPSHOT_COLUMNS`) and the events after it (`tail`, `TAIL_JSON`): the head before the
     event is folded as any reader's, then the event onto it here, as its append would have.
-    The snapshot is stored, in the caller's
-    transaction, only if it would otherwise lag more than `LAG_MAX` events (a run taken over
-    from a worker that lost it): the claimer holds the run (docs/decisions/2010).
+    The snapshot is stored, in the caller's transaction, only if it would otherwise lag more
+    than `LAG_MAX` events (a run taken over from a worker that lost it): the claimer holds
+    the run (docs/decisions/2010).
     """
     run_id = row["id"]
     before = await fold_tail(
@@ -464,19 +464,18 @@ def _batch_json(
     Each data is already JSON text, and is put in as it is. An event whose manifest is kept
     in its table has its stub as `data`, its data's text, as a JSON string, as `manifest`,
     and the text the table keeps, when it is not that, as `kept` (server/events/manifests.py
-    `kept_text`). An event whose call is
-    kept in its ledger row, or whose answer its message keeps, has its stub as `data` and its
-    whole data as `whole` (calls.py, answers.py).
+    `kept_text`). An event whose call is kept in its ledger row, or whose answer its message
+    keeps, has its stub as `data` and its whole data as `whole` (calls.py, answers.py).
     """
     rows = []
-    for e, data, stub, call in zip(stored, datas, stubs, wholes, strict=True):
+    for e, data, stub, whole in zip(stored, datas, stubs, wholes, strict=True):
         head = f'{{"seq":{e.seq},"type":{jsontext.dumps(str(e.type))},"data":'
         if stub is not None:
             kept = manifests.kept_text(e.data)
             tail = "" if kept is None else f',"kept":{jsontext.dumps(kept)}'
             rows.append(f'{head}{stub},"manifest":{jsontext.dumps(data)}{tail}}}')
-        elif call is not None:
-            rows.append(f'{head}{call[0]},"whole":{call[1]}}}')
+        elif whole is not None:
+            rows.append(f'{head}{whole[0]},"whole":{whole[1]}}}')
         else:
             rows.append(f"{head}{data}}}")
     return "[" + ",".join(rows) + "]"

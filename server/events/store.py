@@ -91,8 +91,9 @@ ON CONFLICT (run_id) DO UPDATE
 
 # The batch's rows: a manifest kept in its table comes as its JSON text, parsed here once, and
 # as the text the table keeps (`kept`: without the keys its columns hold; when absent, the
-# whole text; server/events/manifests.py); an event whose call is kept in its ledger row comes
-# whole as `whole`, for the notification (server/events/calls.py).
+# whole text; server/events/manifests.py); an event whose call is kept in its ledger row, or
+# whose answer its message keeps, comes whole as `whole`, for the notification
+# (server/events/calls.py, answers.py).
 _BATCH = """
     SELECT b.seq, b.type, b.data, b.manifest::jsonb AS manifest,
         COALESCE(b.kept, b.manifest) AS manifest_text, b.whole
@@ -101,14 +102,14 @@ _BATCH = """
 
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
-# nobody else has (fencing and serialising appenders: `moved`), store the snapshot if it is to
-# be (`snapshot` is NULL when not; an update of the run's row, or an insert when it has none:
-# not `ON CONFLICT`, whose speculative insert writes a second WAL record, and whose update
-# locks the row first, a third; only the appender that moved the head writes it), store the
-# events and the manifests kept beside them
-# (server/events/manifests.py), notify listeners with the batch as a read of the log returns
-# it (server/events/carry.py: jsonb's text of each event's data, whole where the log keeps a
-# stub: server/events/calls.py), or a pointer if it would not fit.
+# nobody else has (fencing and serialising appenders: `moved`); store the snapshot if it is to
+# be (`snapshot` is NULL when not), by an update of the run's row or an insert when it has
+# none (not `ON CONFLICT`, whose speculative insert writes a second WAL record and whose
+# update locks the row first; only the appender that moved the head writes it); store the
+# events and the manifests kept beside them (server/events/manifests.py); notify listeners
+# with the batch as a read of the log returns it (server/events/carry.py: jsonb's text of
+# each event's data, whole where the log keeps a stub: server/events/calls.py, answers.py),
+# or a pointer if it would not fit.
 def _append_sql(moved: str, result: str) -> str:
     return f"""
 WITH moved AS ({moved}), renewed AS (

@@ -650,7 +650,8 @@ async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | N
         return None, row["backlog"]
     run = Run.from_row(row)
     if row["started_data"] is None:  # a cancel or pause asked for: not started
-        # The stored snapshot lags only behind a worker that lost the run (docs/decisions/2010).
+        # The stored snapshot lags behind a new run's first events (it has none) and behind a
+        # worker that lost the run: the claim's statement read them (docs/decisions/2010, 2044).
         head = await fold_tail(conn, head_of(run.id, row), row["tail"] or ())
     else:
         head = await started_by_claim(conn, row, row["started_ts"], row["started_data"])
