@@ -19,8 +19,10 @@ from typing import Any
 
 from graphs.events import EventType
 from server import jsontext
+from server.events import manifests
 
-STUB_KEY = "storedIn"
+# The key that marks a stub in the log, as for a manifest's.
+STUB_KEY = manifests.STUB_KEY
 TABLE = "messages"
 
 

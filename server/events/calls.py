@@ -25,9 +25,11 @@ from psycopg import AsyncCursor
 
 from graphs.events import EventType
 from server import jsontext
+from server.events import manifests
 from server.events.store import StoredEvent, StoreHook
 
-STUB_KEY = "storedIn"
+# The key that marks a stub in the log, as for a manifest's.
+STUB_KEY = manifests.STUB_KEY
 TABLE = "model_calls"
 ID_KEY = "callId"
 

@@ -24,8 +24,9 @@ from typing import Any
 from graphs.events import EventType
 from server import jsontext
 
-# The key that marks a stub; a reader puts back the manifest only where it is present, so the
-# events stored whole before (with a copy in the table) are read as they were stored.
+# The key that marks a stub (a manifest's, a call's, an answer's); a reader puts back what the
+# stub stands for only where it is present, so the events stored whole before (with a copy in
+# the table) are read as they were stored.
 STUB_KEY = "storedIn"
 TABLE = "context_manifests"
 
