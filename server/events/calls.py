@@ -12,6 +12,11 @@ Only a call the row gives back exactly is kept so: its fields are the ledger's, 
 type its column holds, its cost a decimal of at most ten places written as `money` writes
 it. Any other `usage` event is stored whole, and the usage ledger's store hook writes its
 row as before (`server/usage/ledger.py`).
+
+A stub also leaves out the zeros of the run's totals, when they are the totals a run keeps
+(`RunTotals`: its keys, each zero written as `RunTotals` writes it): it keeps the others
+as `nonzeroTotals`, and reads put the zeros back (`totals_of`, `agentrt_usage_totals`,
+migration 0051; docs/decisions/2051).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from psycopg import AsyncCursor
 
 from graphs.events import EventType
+from nodes.models.usage import RunTotals
 from server import jsontext
 from server.events import manifests
 from server.events.store import StoredEvent, StoreHook
@@ -32,6 +38,11 @@ from server.events.store import StoredEvent, StoreHook
 STUB_KEY = manifests.STUB_KEY
 TABLE = "model_calls"
 ID_KEY = "callId"
+
+# A stub's totals without their zeros: present instead of `totals` when the totals were a run's
+# (`RunTotals`), and the zeros, each written as `RunTotals` writes it, are what was left out.
+NONZERO_KEY = "nonzeroTotals"
+ZERO_TOTALS: Mapping[str, Any] = RunTotals().to_json()
 
 # The call's fields, by the kind of value each column takes.
 _TEXT_REQUIRED = ("callId", "modelId", "provider", "model", "requestedModel")
@@ -112,6 +123,29 @@ def keeps(kind: str, data: Mapping[str, Any]) -> bool:
     )
 
 
+def _is_zero(key: str, value: Any) -> bool:
+    zero = ZERO_TOTALS[key]
+    return type(value) is type(zero) and value == zero
+
+
+def without_zeros(totals: Any) -> dict[str, Any] | None:
+    """`totals` without its zeros, if they are a run's totals whose zeros `totals_of` restores.
+
+    None when they are not: other keys, or a key missing, and they are stored whole.
+    """
+    if not isinstance(totals, Mapping) or totals.keys() != ZERO_TOTALS.keys():
+        return None
+    return {k: v for k, v in totals.items() if not _is_zero(k, v)}
+
+
+def totals_of(data: Mapping[str, Any]) -> Any:
+    """A `usage` event's totals, as appended: a stub's with its zeros put back."""
+    nonzero = data.get(NONZERO_KEY)
+    if STUB_KEY in data and isinstance(nonzero, Mapping) and "totals" not in data:
+        return {k: nonzero.get(k, zero) for k, zero in ZERO_TOTALS.items()}
+    return data.get("totals", {})
+
+
 def _as_stored(value: Any) -> Any:
     """A latency as the row gives it back: a whole number of milliseconds has no `.0`."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -129,6 +163,10 @@ def stub(kind: str, data: Mapping[str, Any]) -> tuple[str, str] | None:
     call["latencyMs"] = _as_stored(call["latencyMs"])
     call["ttftMs"] = _as_stored(call["ttftMs"])
     rest = {k: v for k, v in data.items() if k != "call"}
+    nonzero = without_zeros(rest.get("totals"))
+    if nonzero is not None and NONZERO_KEY not in rest:
+        del rest["totals"]
+        rest[NONZERO_KEY] = nonzero
     return (
         jsontext.dumps({**rest, STUB_KEY: TABLE, ID_KEY: call[ID_KEY]}),
         jsontext.dumps({**data, "call": call}),
@@ -175,7 +213,8 @@ HOOK = StoreHook(frozenset({EventType.USAGE}), _store_kept)
 
 # An event's data as it was appended, for a read of `run_events` aliased `e`, when it is a
 # stub (a `WHEN` of `EVENT_DATA` in server/events/log.py): the call comes back from its row
-# by its id; if the row is gone, the stub is what there is.
+# by its id, the totals' zeros from `agentrt_usage_totals`; if the row is gone, the stub
+# with its totals is what there is.
 EVENT_DATA = f"""WHEN e.type = '{EventType.USAGE.value}' AND e.data ? '{STUB_KEY}'
     THEN COALESCE((SELECT agentrt_usage_data(e.data, m) FROM {TABLE} m
-        WHERE m.id = e.data ->> '{ID_KEY}'), e.data)"""
+        WHERE m.id = e.data ->> '{ID_KEY}'), agentrt_usage_totals(e.data))"""

@@ -11,6 +11,7 @@ from typing import Any
 
 from graphs.events import EventType
 from server.domain import ACTIVE, RunStatus, check_transition
+from server.events import calls
 from server.events.plans import execution_view, fold_plan
 
 Snapshot = dict[str, Any]
@@ -212,7 +213,7 @@ def _run_cancelled(snap: Snapshot, data: Data) -> None:
 
 
 def _usage(snap: Snapshot, data: Data) -> None:
-    snap["usage"] = data.get("totals", {})
+    snap["usage"] = calls.totals_of(data)  # a stub's too, its zeros put back
 
 
 def _run_failed(snap: Snapshot, data: Data) -> None:
