@@ -85,7 +85,8 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
         ).fetchall()
         # A `usage` event stored as a stub has its call in its ledger row, in the same
         # transaction: a stub without its row is a log defect (docs/decisions/2042).
-        # So has a `run.completed` stub its answer's message (docs/decisions/2050).
+        # So has a `run.completed` stub its answer's message (docs/decisions/2050), and an
+        # answer's item stub the same message (docs/decisions/2052).
         orphans = conn.execute(
             "SELECT e.run_id, e.seq FROM run_events e WHERE e.type = 'usage'"
             " AND e.data ? 'storedIn' AND NOT EXISTS"
@@ -93,6 +94,9 @@ def check(database_url: str, ledger: Path, expected: str, cancelled_ids: set[str
             " UNION ALL SELECT e.run_id, e.seq FROM run_events e"
             " WHERE e.type = 'run.completed' AND e.data ? 'storedIn' AND NOT EXISTS"
             " (SELECT FROM messages m WHERE m.id = e.data ->> 'outputMessageId')"
+            " UNION ALL SELECT e.run_id, e.seq FROM run_events e"
+            " WHERE e.type = 'message.item.completed' AND e.data ? 'storedIn' AND NOT EXISTS"
+            " (SELECT FROM messages m WHERE m.id = e.data ->> 'textMessageId')"
         ).fetchall()
     for orphan in orphans:
         verdict.log_defects += 1

@@ -400,10 +400,12 @@ def _params(
     stubs = [manifests.stub_text(e.type, e.data) for e in stored]
     call_stubs = [calls.stub(e.type, e.data) for e in stored]
     # Events the log keeps a stub of, with their whole data for the notification: a model
-    # call's (its ledger row holds the rest) or a run's answer (its message holds it).
+    # call's (its ledger row holds the rest), or a run's answer and its item's text (its
+    # message holds them).
+    items = answers.item_stubs(head.snapshot, stored)
     wholes = [
-        call if call is not None else answers.stub(e.type, e.data)
-        for e, call in zip(stored, call_stubs, strict=True)
+        call if call is not None else answers.stub(e.type, e.data) or item
+        for e, call, item in zip(stored, call_stubs, items, strict=True)
     ]
     release = (
         is_terminal(status)

@@ -124,3 +124,134 @@ async def test_a_completion_not_kept_so_is_stored_whole_and_a_lost_message_reads
     assert [json.loads(wire)["data"] for _, _, wire in read] == [
         {"outputMessageId": "msg_lost", "storedIn": "messages"}
     ]
+
+
+async def stored_items(pool: Pool, run_id: str) -> dict[str, dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT data FROM run_events WHERE run_id = %s AND type = 'message.item.completed'",
+            (run_id,),
+        )
+        return {r["data"]["itemId"]: dict(r["data"]) for r in await cur.fetchall()}
+
+
+def item_events(item_id: str, pieces: list[str], text: str | None = None) -> list[NewEvent]:
+    """An item streamed in `pieces`, then completed with `text` (theirs when None)."""
+    return [
+        NewEvent(EventType.MESSAGE_ITEM_CREATED, {"itemId": item_id, "role": "assistant"}),
+        *[NewEvent(EventType.MESSAGE_ITEM_DELTA, {"itemId": item_id, "delta": p}) for p in pieces],
+        NewEvent(
+            EventType.MESSAGE_ITEM_COMPLETED,
+            {
+                "itemId": item_id,
+                "text": "".join(pieces) if text is None else text,
+                "status": "completed",
+                "model": "scripted:x",
+                "toolCalls": [],
+            },
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        [],  # one statement
+        [usage_event("mc_item")],  # a hooked batch: the pipelined transaction
+        [NewEvent("note", {"n": n}) for n in range(80)],  # COPY
+    ],
+    ids=["statement", "hooked", "copy"],
+)
+async def test_the_answers_item_keeps_its_text_in_the_message_and_reads_give_it_back(
+    pool: Pool, notifier: Notifier, before: list[NewEvent]
+) -> None:
+    run_id, generation, head = await started(pool)
+    start = head.seq
+    tail, _ = await following(pool, notifier, run_id, start)
+    half = len(ANSWER) // 2
+    streamed = item_events("item_answer", [ANSWER[:half], ANSWER[half:]])
+    # An earlier item of another text, completed in the same batch: kept whole.
+    other = item_events("item_other", ["thinking"])
+    message_id = f"msg_item_{len(before)}_{run_id}"
+    completed = NewEvent(EventType.RUN_COMPLETED, kept_answer(message_id, ANSWER))
+    # The item's first piece in a batch of its own, the rest with the run's end.
+    batches = [streamed[:2], [*other, *before, *streamed[2:], completed]]
+    appended: dict[int, Any] = {}
+    for number, batch in enumerate(batches):
+        async with pool.connection() as conn:
+            head, stored = await append_events(
+                conn,
+                run_id,
+                batch,
+                generation=generation,
+                head=head,
+                hooks=[MODEL_CALLS],
+                extra=storing(message_id, ANSWER) if number else None,
+            )
+        appended |= {e.seq: dict(e.data) for e in stored if e.type != "note"}
+        await tail.until(head.seq)
+    await asyncio.wait_for(tail.task, 60)
+
+    items = await stored_items(pool, run_id)
+    assert items["item_answer"] == {
+        "itemId": "item_answer",
+        "status": "completed",
+        "model": "scripted:x",
+        "toolCalls": [],
+        "storedIn": "messages",
+        "textMessageId": message_id,
+    }
+    assert items["item_other"]["text"] == "thinking"
+    assert head.snapshot["items"][0]["text"] == ANSWER
+    # Live frames equal a replay byte for byte; reads and a folded head give back the text.
+    await assert_reads_give_back(pool, notifier, tail, head, start, appended)
+
+
+async def test_an_items_text_is_kept_in_the_log_unless_the_message_and_its_deltas_hold_it(
+    pool: Pool,
+) -> None:
+    cases = {
+        # The completion's text is the answer, but the deltas built another: kept whole, so
+        # that a fold of the log gives the item the completion's text.
+        "rewritten": (item_events("i", ["answer, almost"], "answer"), "answer", True),
+        # The deltas' text, but not the answer's.
+        "not the answer": (item_events("i", ["part"]), "part and more", True),
+        # The answer's, but the run's end did not say its message holds it.
+        "not kept": (item_events("i", ["answer"]), "answer", False),
+    }
+    for name, (events, output, kept) in cases.items():
+        run_id, generation, head = await started(pool)
+        data = (
+            kept_answer("msg_" + run_id, output)
+            if kept
+            else {"outputMessageId": "msg_" + run_id, "output": output}
+        )
+        async with pool.connection() as conn:
+            head, _ = await append_events(
+                conn,
+                run_id,
+                [*events, NewEvent(EventType.RUN_COMPLETED, data)],
+                generation=generation,
+                head=head,
+                extra=storing("msg_" + run_id, output),
+            )
+        assert "text" in (await stored_items(pool, run_id))["i"], name
+
+    # A kept item whose message is gone (deleted by hand) reads as its stub.
+    run_id, generation, head = await started(pool)
+    async with pool.connection() as conn:
+        head, _ = await append_events(
+            conn,
+            run_id,
+            [
+                *item_events("i", ["lost"]),
+                NewEvent(EventType.RUN_COMPLETED, kept_answer("msg_gone", "lost")),
+            ],
+            generation=generation,
+            head=head,
+            extra=storing("msg_gone", "lost"),
+        )
+        await conn.execute("DELETE FROM messages WHERE id = 'msg_gone'")
+        read = await read_events(conn, run_id, head.seq - 2, 9)
+    assert json.loads(read[0][2])["data"]["textMessageId"] == "msg_gone"
+    assert "text" not in json.loads(read[0][2])["data"]

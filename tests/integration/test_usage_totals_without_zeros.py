@@ -74,8 +74,9 @@ def test_the_zeros_left_out_are_a_runs_and_only_those() -> None:
     assert calls.without_zeros({k: v for k, v in FIRST.items() if k != "cost"}) is None
     assert calls.without_zeros([]) is None
     odd = {**ZEROS, "inputTokens": 0.0, "cost": 0, "toolCalls": False, "knownCost": "0.0"}
-    assert calls.without_zeros(odd) == {k: odd[k] for k in ("inputTokens", "cost", "toolCalls",
-                                                             "knownCost")}
+    assert calls.without_zeros(odd) == {
+        k: odd[k] for k in ("inputTokens", "cost", "toolCalls", "knownCost")
+    }
     for totals in (FIRST, ZEROS, UNPRICED, ALL_SET, odd):
         stub_text, _ = calls.stub(EventType.USAGE, with_totals("mc", totals).data) or ("", "")
         stub = json.loads(stub_text)
@@ -126,7 +127,8 @@ async def test_every_append_path_leaves_the_zeros_out_and_reads_put_them_back(
     rows = await stored_rows(pool, run_id)
     by_call = {data["callId"]: data for data in rows.values()}
     assert sorted(by_call) == ["mc_1", "mc_2", "mc_3", "mc_4", "mc_5"]
-    for call_id, totals in (("mc_1", FIRST), ("mc_2", ZEROS), ("mc_3", UNPRICED), ("mc_4", ALL_SET)):
+    kept = {"mc_1": FIRST, "mc_2": ZEROS, "mc_3": UNPRICED, "mc_4": ALL_SET}
+    for call_id, totals in kept.items():
         assert "totals" not in by_call[call_id]
         assert by_call[call_id]["nonzeroTotals"] == calls.without_zeros(totals)
     assert by_call["mc_5"]["totals"] == {**FIRST, "extra": 0}
