@@ -248,6 +248,10 @@ async def test_usage_charts_open_the_runs_behind_a_bar(page: Page, console: Cons
 async def test_the_runs_list_filters_by_status_and_shows_counts(
     page: Page, console: Console
 ) -> None:
+    # Its own completed and failed runs: the test passes alone, and in any order.
+    completed, failed = await start_run(console, "priced"), await start_run(console, "broken")
+    await wait_for_status(console.client, completed, "completed", headers=console.headers)
+    await wait_for_status(console.client, failed, "failed", headers=console.headers)
     await page.goto(f"{console.url}/console/#/runs")
     counts = page.get_by_test_id("status-counts")
     await expect(counts.locator("[data-status=completed] .n")).not_to_have_text("0")
