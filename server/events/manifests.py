@@ -32,9 +32,13 @@ TABLE = "context_manifests"
 
 
 def stub_text(kind: str, data: Mapping[str, Any]) -> str | None:
-    """Return the JSON text the log stores in place of the event's data, or None to keep it."""
+    """Return the JSON text the log stores in place of the event's data, or None to keep it.
+
+    Kept whole, with no row in the table, is a manifest whose values its row's integer
+    columns cannot take (`_fits`): its append would fail, and its run with it.
+    """
     step = data.get("step")
-    if kind != EventType.CONTEXT_BUILT or not isinstance(step, int) or isinstance(step, bool):
+    if kind != EventType.CONTEXT_BUILT or not _int(step) or not _fits(data):
         return None
     stub: dict[str, Any] = {"step": step, STUB_KEY: TABLE}
     if isinstance(data.get("attempt"), int):
@@ -49,6 +53,22 @@ _INT32 = range(-(2**31), 2**31)
 
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value in _INT32
+
+
+def _int_or_none(value: Any) -> bool:
+    return value is None or _int(value)
+
+
+def _fits(data: Mapping[str, Any]) -> bool:
+    """Whether the row's integer columns take the manifest's values (`insert_sql`'s casts).
+
+    A custom context builder may count tokens as a float, say: that manifest stays whole in
+    the log instead of failing its append.
+    """
+    profile = data.get("profile")
+    return all(_int_or_none(data.get(key)) for key in ("attempt", "window", "totalTokens")) and (
+        not isinstance(profile, Mapping) or _int_or_none(profile.get("version"))
+    )
 
 
 _COLUMNS: dict[str, tuple[Any, str]] = {

@@ -258,6 +258,50 @@ async def test_a_manifest_the_columns_cannot_give_back_is_kept_whole(
     assert by_step[1]["model"] is None and "model" not in by_step[len(ODD) + 1]
 
 
+# Values the row's integer columns cannot take: such a manifest stays whole in the log.
+UNFIT = [
+    {"totalTokens": 60.5},  # a custom builder's estimate
+    {"window": 2**31},
+    {"attempt": "1"},
+    {"attempt": 1.0},
+    {"profile": {"name": "default", "version": 1.5}},
+    {"profile": {"name": "default", "version": True}},
+    {"step": 2**40},
+]
+
+
+async def test_a_manifest_its_columns_cannot_take_stays_whole_and_its_append_succeeds(
+    pool: Pool, notifier: Notifier
+) -> None:
+    run_id, generation, head = await started(pool)
+    start = head.seq
+    tail, _ = await following(pool, notifier, run_id, start)
+    cases = [{**manifest(n + 1), **unfit} for n, unfit in enumerate(UNFIT)]
+    async with pool.connection() as conn:
+        head, stored_events = await append_events(
+            conn,
+            run_id,
+            [
+                *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
+                built(len(UNFIT) + 1),  # beside them, one the table keeps
+                NewEvent(EventType.RUN_COMPLETED, {}),
+            ],
+            generation=generation,
+            head=head,
+        )
+    await tail.until(head.seq)
+    await asyncio.wait_for(tail.task, 60)
+    appended = {e.seq: dict(e.data) for e in stored_events if e.type == EventType.CONTEXT_BUILT}
+    rows = await stored_rows(pool, run_id)
+    kept = max(appended)
+    assert {seq: rows[seq] for seq in appended if seq != kept} == {
+        seq: data for seq, data in appended.items() if seq != kept
+    }
+    assert rows[kept]["storedIn"] == "context_manifests"
+    assert sorted(await table_rows(pool, run_id)) == [kept]
+    await assert_reads_give_back(pool, notifier, tail, head, start, appended)
+
+
 async def test_an_append_to_a_deleted_run_leaves_no_row_beside_the_log(pool: Pool) -> None:
     """With no foreign key to `runs` (docs/decisions/2047), the append's own update guards."""
     run_id, generation, head = await started(pool)
