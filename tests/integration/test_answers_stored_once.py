@@ -20,7 +20,7 @@ from server.events.log import NewEvent, RunHead, append_events, read_events
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import assert_reads_give_back
+from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -176,21 +176,15 @@ async def test_the_answers_item_keeps_its_text_in_the_message_and_reads_give_it_
     completed = NewEvent(EventType.RUN_COMPLETED, kept_answer(message_id, ANSWER))
     # The item's first piece in a batch of its own, the rest with the run's end.
     batches = [streamed[:2], [*other, *before, *streamed[2:], completed]]
-    appended: dict[int, Any] = {}
-    for number, batch in enumerate(batches):
-        async with pool.connection() as conn:
-            head, stored = await append_events(
-                conn,
-                run_id,
-                batch,
-                generation=generation,
-                head=head,
-                hooks=[MODEL_CALLS],
-                extra=storing(message_id, ANSWER) if number else None,
-            )
-        appended |= {e.seq: dict(e.data) for e in stored if e.type != "note"}
-        await tail.until(head.seq)
-    await asyncio.wait_for(tail.task, 60)
+    head, appended = await append_in_turn(
+        pool,
+        tail,
+        head,
+        generation,
+        batches,
+        lambda e: e.type != "note",
+        extra=lambda number: storing(message_id, ANSWER) if number else None,
+    )
 
     items = await stored_items(pool, run_id)
     assert items["item_answer"] == {

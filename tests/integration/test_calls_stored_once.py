@@ -8,7 +8,6 @@ kept so; any other is stored whole.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from server.events.log import NewEvent, StoredEvent, append_creating, append_eve
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import assert_reads_give_back
+from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,20 +86,15 @@ async def test_every_append_path_stores_the_call_once_and_reads_give_it_back(
         [priced("mc_4", "0", 3.25), *[NewEvent("note", {"n": n}) for n in range(80)]],  # COPY
         [NewEvent(EventType.RUN_COMPLETED, {})],
     ]
-    appended: dict[int, dict[str, Any]] = {}
-    for number, batch in enumerate(batches):
-        async with pool.connection() as conn:
-            head, stored = await append_events(
-                conn,
-                run_id,
-                batch,
-                generation=generation,
-                head=head,
-                hooks=[MODEL_CALLS] if number else [],
-            )
-        appended |= {e.seq: dict(e.data) for e in stored if e.type == EventType.USAGE}
-        await tail.until(head.seq)
-    await asyncio.wait_for(tail.task, 60)
+    head, appended = await append_in_turn(
+        pool,
+        tail,
+        head,
+        generation,
+        batches,
+        lambda e: e.type == EventType.USAGE,
+        hooks=lambda number: [MODEL_CALLS] if number else [],
+    )
 
     # The log holds a stub: the event's other keys, the marker and the call's id.
     rows = await stored_rows(pool, run_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,7 +20,15 @@ from server import jsontext
 from server.agents.context_store import run_manifests
 from server.db.pool import Pool
 from server.errors import LeaseLostError
-from server.events.log import NewEvent, RunHead, append_events, load_head, read_events
+from server.events.log import (
+    NewEvent,
+    RunHead,
+    StoredEvent,
+    StoreHook,
+    append_events,
+    load_head,
+    read_events,
+)
 from server.events.manifests import stored
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
@@ -82,6 +91,39 @@ async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
             (run_id,),
         )
         return {r["event_seq"]: r for r in await cur.fetchall()}
+
+
+async def append_in_turn(
+    pool: Pool,
+    tail: Tail,
+    head: RunHead,
+    generation: int,
+    batches: list[list[NewEvent]],
+    keep: Callable[[StoredEvent], bool],
+    hooks: Callable[[int], list[StoreHook]] = lambda _: [MODEL_CALLS],
+    extra: Callable[[int], Any] = lambda _: None,
+) -> tuple[RunHead, dict[int, Any]]:
+    """Append `batches` one after another, each read by `tail` before the next.
+
+    `hooks` and `extra` give each batch's, by its number. Return the head after the last and
+    the data appended of the events `keep` picks, by seq.
+    """
+    appended: dict[int, Any] = {}
+    for number, batch in enumerate(batches):
+        async with pool.connection() as conn:
+            head, stored_events = await append_events(
+                conn,
+                head.run_id,
+                batch,
+                generation=generation,
+                head=head,
+                hooks=hooks(number),
+                extra=extra(number),
+            )
+        appended |= {e.seq: dict(e.data) for e in stored_events if keep(e)}
+        await tail.until(head.seq)
+    await asyncio.wait_for(tail.task, 60)
+    return head, appended
 
 
 async def assert_reads_give_back(

@@ -8,7 +8,6 @@ every append path; totals of any other shape are stored whole.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from decimal import Decimal
 from typing import Any
@@ -24,7 +23,7 @@ from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_calls_stored_once import stored_rows
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import assert_reads_give_back
+from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -109,20 +108,15 @@ async def test_every_append_path_leaves_the_zeros_out_and_reads_put_them_back(
         [with_totals("mc_5", {**FIRST, "extra": 0})],  # another shape: kept whole
         [NewEvent(EventType.RUN_COMPLETED, {})],
     ]
-    appended: dict[int, dict[str, Any]] = {}
-    for number, batch in enumerate(batches):
-        async with pool.connection() as conn:
-            head, stored = await append_events(
-                conn,
-                run_id,
-                batch,
-                generation=generation,
-                head=head,
-                hooks=[MODEL_CALLS] if number else [],
-            )
-        appended |= {e.seq: dict(e.data) for e in stored if e.type == EventType.USAGE}
-        await tail.until(head.seq)
-    await asyncio.wait_for(tail.task, 60)
+    head, appended = await append_in_turn(
+        pool,
+        tail,
+        head,
+        generation,
+        batches,
+        lambda e: e.type == EventType.USAGE,
+        hooks=lambda number: [MODEL_CALLS] if number else [],
+    )
 
     rows = await stored_rows(pool, run_id)
     by_call = {data["callId"]: data for data in rows.values()}
