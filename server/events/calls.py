@@ -119,6 +119,7 @@ def keeps(kind: str, data: Mapping[str, Any]) -> bool:
         kind == EventType.USAGE
         and STUB_KEY not in data
         and ID_KEY not in data
+        and NONZERO_KEY not in data  # a read would take it for the stub's
         and kept(data.get("call"))
     )
 
@@ -164,7 +165,7 @@ def stub(kind: str, data: Mapping[str, Any]) -> tuple[str, str] | None:
     call["ttftMs"] = _as_stored(call["ttftMs"])
     rest = {k: v for k, v in data.items() if k != "call"}
     nonzero = without_zeros(rest.get("totals"))
-    if nonzero is not None and NONZERO_KEY not in rest:
+    if nonzero is not None:
         del rest["totals"]
         rest[NONZERO_KEY] = nonzero
     return (

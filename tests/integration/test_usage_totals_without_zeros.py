@@ -76,6 +76,9 @@ def test_the_zeros_left_out_are_a_runs_and_only_those() -> None:
     assert calls.without_zeros(odd) == {
         k: odd[k] for k in ("inputTokens", "cost", "toolCalls", "knownCost")
     }
+    # An event that has the stub's key of its own is stored whole: a read would take it for it.
+    call = usage_event("mc").data["call"]
+    assert calls.stub(EventType.USAGE, {"call": call, "nonzeroTotals": {}}) is None
     for totals in (FIRST, ZEROS, UNPRICED, ALL_SET, odd):
         stub_text, _ = calls.stub(EventType.USAGE, with_totals("mc", totals).data) or ("", "")
         stub = json.loads(stub_text)
