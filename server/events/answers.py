@@ -26,7 +26,7 @@ from typing import Any
 from graphs.events import EventType
 from server import jsontext
 from server.events import manifests
-from server.events.snapshot import Snapshot, apply_event, copy_snapshot
+from server.events.snapshot import Snapshot, apply_event, copy_snapshot, find_item
 from server.events.store import StoredEvent
 
 # The key that marks a stub in the log, as for a manifest's.
@@ -63,11 +63,6 @@ def stub(kind: str, data: Mapping[str, Any]) -> tuple[str, str] | None:
     return jsontext.dumps({**rest, STUB_KEY: TABLE}), jsontext.dumps(data)
 
 
-def _item_text(snapshot: Snapshot, item_id: Any) -> Any:
-    found = [i for i in snapshot["items"] if i["itemId"] == item_id]
-    return found[-1]["text"] if found else None  # the newest, as the fold finds it
-
-
 def item_stubs(before: Snapshot, stored: Sequence[StoredEvent]) -> list[tuple[str, str] | None]:
     """For each event of a batch, (its stub's JSON text, its whole data's) if it is kept so.
 
@@ -94,7 +89,8 @@ def item_stubs(before: Snapshot, stored: Sequence[StoredEvent]) -> list[tuple[st
                 snapshot = copy_snapshot(before)
                 for earlier in stored[:n]:
                     apply_event(snapshot, earlier.seq, earlier.type, earlier.data)
-            if _item_text(snapshot, data.get("itemId")) == output:
+            item = find_item(snapshot, data.get("itemId"))  # as the fold finds it
+            if item is not None and item["text"] == output:
                 rest = {k: v for k, v in data.items() if k != "text"}
                 found[n] = (
                     jsontext.dumps({**rest, STUB_KEY: TABLE, ITEM_KEY: message_id}),

@@ -138,19 +138,24 @@ def _run_started(snap: Snapshot, data: Data) -> None:
     snap["attempt"] = data.get("attempt", snap["attempt"])
 
 
+def find_item(snap: Snapshot, item_id: Any) -> Any:
+    """The snapshot's item `item_id` (the newest, should there be two), or None."""
+    return _find(snap["items"], "itemId", item_id)
+
+
 def _item_created(snap: Snapshot, data: Data) -> None:
     item = {"itemId": data["itemId"], "role": data.get("role", "assistant")}
     snap["items"].append({**item, "text": "", "status": "streaming"})
 
 
 def _item_delta(snap: Snapshot, data: Data) -> None:
-    item = _find(snap["items"], "itemId", data["itemId"])
+    item = find_item(snap, data["itemId"])
     if item is not None:
         item["text"] += data["delta"]
 
 
 def _item_completed(snap: Snapshot, data: Data) -> None:
-    item = _find(snap["items"], "itemId", data["itemId"])
+    item = find_item(snap, data["itemId"])
     if item is not None:
         item["text"] = data.get("text", item["text"])
         item["status"] = data.get("status", "completed")

@@ -43,6 +43,19 @@ def storing(message_id: str, content: str) -> Any:
     return store
 
 
+def on_every_path(call_id: str) -> Any:
+    """Run a test once per append path, by the events `before` its own in the batch."""
+    return pytest.mark.parametrize(
+        "before",
+        [
+            [],  # one statement
+            [usage_event(call_id)],  # a hooked batch: the pipelined transaction
+            [NewEvent("note", {"n": n}) for n in range(80)],  # COPY
+        ],
+        ids=["statement", "hooked", "copy"],
+    )
+
+
 async def stored_completed(pool: Pool, run_id: str) -> dict[str, Any]:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -53,15 +66,7 @@ async def stored_completed(pool: Pool, run_id: str) -> dict[str, Any]:
     return dict(row["data"])
 
 
-@pytest.mark.parametrize(
-    "before",
-    [
-        [],  # one statement
-        [usage_event("mc_answer")],  # a hooked batch: the pipelined transaction
-        [NewEvent("note", {"n": n}) for n in range(80)],  # COPY
-    ],
-    ids=["statement", "hooked", "copy"],
-)
+@on_every_path("mc_answer")
 async def test_the_answer_is_stored_in_its_message_and_every_read_gives_it_back(
     pool: Pool, notifier: Notifier, before: list[NewEvent]
 ) -> None:
@@ -153,15 +158,7 @@ def item_events(item_id: str, pieces: list[str], text: str | None = None) -> lis
     ]
 
 
-@pytest.mark.parametrize(
-    "before",
-    [
-        [],  # one statement
-        [usage_event("mc_item")],  # a hooked batch: the pipelined transaction
-        [NewEvent("note", {"n": n}) for n in range(80)],  # COPY
-    ],
-    ids=["statement", "hooked", "copy"],
-)
+@on_every_path("mc_item")
 async def test_the_answers_item_keeps_its_text_in_the_message_and_reads_give_it_back(
     pool: Pool, notifier: Notifier, before: list[NewEvent]
 ) -> None:

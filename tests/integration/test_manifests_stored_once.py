@@ -126,6 +126,10 @@ async def append_in_turn(
     return head, appended
 
 
+def is_built(event: StoredEvent) -> bool:
+    return event.type == EventType.CONTEXT_BUILT
+
+
 async def assert_reads_give_back(
     pool: Pool, notifier: Notifier, tail: Tail, head: RunHead, start: int, appended: dict[int, Any]
 ) -> None:
@@ -274,20 +278,13 @@ async def test_a_manifest_the_columns_cannot_give_back_is_kept_whole(
     cases.append({k: v for k, v in manifest(len(ODD) + 1).items() if k != "model"})
     cases.append({k: v for k, v in manifest(len(ODD) + 2).items() if k != "attempt"})
     cases.append({k: v for k, v in manifest(len(ODD) + 3).items() if k != "window"})
-    async with pool.connection() as conn:
-        head, stored_events = await append_events(
-            conn,
-            run_id,
-            [
-                *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
-                NewEvent(EventType.RUN_COMPLETED, {}),
-            ],
-            generation=generation,
-            head=head,
-        )
-    await tail.until(head.seq)
-    await asyncio.wait_for(tail.task, 60)
-    appended = {e.seq: dict(e.data) for e in stored_events if e.type == EventType.CONTEXT_BUILT}
+    batch = [
+        *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
+        NewEvent(EventType.RUN_COMPLETED, {}),
+    ]
+    head, appended = await append_in_turn(
+        pool, tail, head, generation, [batch], is_built, hooks=lambda _: []
+    )
     table = await table_rows(pool, run_id)
     assert sorted(table) == sorted(appended)
     for seq, row in table.items():
@@ -319,21 +316,14 @@ async def test_a_manifest_its_columns_cannot_take_stays_whole_and_its_append_suc
     start = head.seq
     tail, _ = await following(pool, notifier, run_id, start)
     cases = [{**manifest(n + 1), **unfit} for n, unfit in enumerate(UNFIT)]
-    async with pool.connection() as conn:
-        head, stored_events = await append_events(
-            conn,
-            run_id,
-            [
-                *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
-                built(len(UNFIT) + 1),  # beside them, one the table keeps
-                NewEvent(EventType.RUN_COMPLETED, {}),
-            ],
-            generation=generation,
-            head=head,
-        )
-    await tail.until(head.seq)
-    await asyncio.wait_for(tail.task, 60)
-    appended = {e.seq: dict(e.data) for e in stored_events if e.type == EventType.CONTEXT_BUILT}
+    batch = [
+        *(NewEvent(EventType.CONTEXT_BUILT, case) for case in cases),
+        built(len(UNFIT) + 1),  # beside them, one the table keeps
+        NewEvent(EventType.RUN_COMPLETED, {}),
+    ]
+    head, appended = await append_in_turn(
+        pool, tail, head, generation, [batch], is_built, hooks=lambda _: []
+    )
     rows = await stored_rows(pool, run_id)
     kept = max(appended)
     assert {seq: rows[seq] for seq in appended if seq != kept} == {
