@@ -117,6 +117,7 @@ async def get_service(request: Request) -> RunService:
         runtime.metrics,
         runtime.tracing,
         state.post_memo,
+        runtime.worker,
     )
 
 

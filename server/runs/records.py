@@ -7,10 +7,12 @@ back a typed `Run`; every status filter is built from the sets in server/domain.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg import AsyncCursor, sql
@@ -35,7 +37,7 @@ from server.errors import (
     RunNotFoundError,
     TooManyRunsError,
 )
-from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL
+from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
 from server.events.log import (
     SNAPSHOT_COLUMNS,
     TAIL_JSON,
@@ -56,6 +58,7 @@ from server.runs.idempotency import IdempotencyKey, find_response, remember_resp
 from server.runs.views import accepted_view
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,63 @@ class Accepted:
     created: str | None
 
 
+class PostClaimer(Protocol):
+    """The worker of the process that posts: it may take the run a post creates.
+
+    The post claims the run in its own transaction (`posted_claim_statement`), so that the
+    run starts without a queued notification's hop and a claim's transaction of its own.
+    """
+
+    def reserve_post(self) -> str | None:
+        """Hold a free slot for a post's run; its claim statement, None if no slot is free."""
+
+    def release_post(self) -> None:
+        """Give back the slot `reserve_post` held, once the post's claim is done."""
+
+    def start_posted(self, claim: Claim) -> None:
+        """Execute the run a post's claim took."""
+
+
+@contextlib.asynccontextmanager
+async def _slot(claimer: PostClaimer | None) -> AsyncIterator[str | None]:
+    """A slot of `claimer` for the post's run, held until the block ends: its claim statement."""
+    statement = None if claimer is None else claimer.reserve_post()
+    try:
+        yield statement
+    finally:
+        if statement is not None:
+            assert claimer is not None
+            claimer.release_post()
+
+
+async def _claim_sent(conn: Conn, statement: str | None, run_id: str) -> AsyncCursor[Any] | None:
+    """Send the post's claim of its run (unread), after its creating statement."""
+    if statement is None:
+        return None
+    return await conn.execute(statement, {"run": run_id})
+
+
+async def _start_claimed(
+    conn: Conn, claimer: PostClaimer | None, cursor: AsyncCursor[Any] | None
+) -> None:
+    """Start the run the post's committed claim took, if it took it.
+
+    A failure here leaves the run claimed and not started: its lease runs out and a worker
+    takes it over, as after a crash; the post itself has succeeded.
+    """
+    if claimer is None or cursor is None:
+        return
+    try:
+        row = await cursor.fetchone()
+        assert row is not None  # the claim returns one row whether or not it claims
+        claim = await claim_of(conn, row)
+    except Exception:
+        log.exception("a post's claim could not be started; its lease will run out")
+        return
+    if claim is not None:
+        claimer.start_posted(claim)
+
+
 async def accept_message(
     pool: Pool,
     who: Principal,
@@ -141,6 +201,7 @@ async def accept_message(
     build: RunBuilder,
     idempotency: IdempotencyKey | None = None,
     alongside: Callable[[Conn], Awaitable[None]] | None = None,
+    claimer: PostClaimer | None = None,
 ) -> Accepted:
     """Create the run of a posted message; return the API's answer.
 
@@ -157,19 +218,23 @@ async def accept_message(
         idempotency: The request's idempotency key, if any.
         alongside: Reads `build` will want, sent in the conversation lock's round trip
             (`get_conversation`); it keeps its own errors for `build` to raise.
+        claimer: The process's worker, which may take the run in the post's transaction.
 
     Raises:
         ConversationNotFoundError: no such conversation for the caller's tenant.
         IdempotencyKeyReusedError: the key was used with a different body.
     """
 
-    async def insert(conn: Conn, conversation: dict[str, Any]) -> Committed[Accepted]:
+    async def insert(
+        conn: Conn, conversation: dict[str, Any], statement: str | None
+    ) -> Committed[Accepted]:
         if idempotency is not None:
             earlier = await find_response(conn, conversation_id, idempotency)
             if earlier is not None:
                 return functools.partial(_ready, Accepted(earlier, True, None))
         new = await build(conn, conversation)
-        created = await _insert_run(conn, who, new)
+        created = await _insert_run(conn, who, new, queued=statement is None)
+        claimed = await _claim_sent(conn, statement, created.run_id)
         answer = _answer(created, new)
         if idempotency is not None:
             await remember_response(
@@ -177,11 +242,24 @@ async def accept_message(
             )
 
         async def committed() -> Accepted:
-            return Accepted(answer, False, (await created.row())["carried"])
+            accepted = Accepted(answer, False, (await created.row())["carried"])
+            await _start_claimed(conn, claimer, claimed)
+            return accepted
 
         return committed
 
-    return await _in_locked_conversation(pool, who, conversation_id, insert, alongside)
+    async def attempt() -> Accepted:
+        async with _slot(claimer) as statement:
+            return await _in_locked_conversation(
+                pool,
+                who,
+                conversation_id,
+                lambda conn, conversation: insert(conn, conversation, statement),
+                alongside,
+                retry=False,
+            )
+
+    return await retry_deadlocks(attempt)
 
 
 EXPECTATION_SQLSTATE = "AR003"  # raised by agentrt_expect_post() (migration 0039)
@@ -205,7 +283,11 @@ class Expected:
 
 
 async def accept_expected(
-    pool: Pool, who: Principal, new: NewRun, expected: Expected
+    pool: Pool,
+    who: Principal,
+    new: NewRun,
+    expected: Expected,
+    claimer: PostClaimer | None = None,
 ) -> Accepted | None:
     """Create `new` (built from what is remembered) in one round trip, if it still holds.
 
@@ -213,10 +295,11 @@ async def accept_expected(
     refuses when the conversation or the profile's latest version is not as `expected`, and
     the whole transaction rolls back. None then: nothing is stored, and the caller posts
     again with `accept_message`, which reads them. No idempotency key: its check reads.
+    `claimer`: the process's worker, which may take the run in the same transaction.
     """
 
     async def attempt() -> Accepted | None:
-        async with pool.connection() as conn:
+        async with _slot(claimer) as statement, pool.connection() as conn:
             try:
                 async with pipelined_transaction(conn):
                     await conn.execute(
@@ -230,13 +313,16 @@ async def accept_expected(
                             expected.agent_version,
                         ),
                     )
-                    created = await _insert_run(conn, who, new)
+                    created = await _insert_run(conn, who, new, queued=statement is None)
+                    claimed = await _claim_sent(conn, statement, created.run_id)
             except psycopg.Error as exc:
                 if exc.sqlstate == EXPECTATION_SQLSTATE:
                     return None
                 raise
             answer = _answer(created, new)
-            return Accepted(answer, False, (await created.row())["carried"])
+            accepted = Accepted(answer, False, (await created.row())["carried"])
+            await _start_claimed(conn, claimer, claimed)
+            return accepted
 
     return await retry_deadlocks(attempt)
 
@@ -269,8 +355,12 @@ async def _in_locked_conversation(
     conversation_id: str,
     body: Callable[[Conn, dict[str, Any]], Awaitable[Committed[T]]],
     alongside: Callable[[Conn], Awaitable[None]] | None = None,
+    *,
+    retry: bool = True,
 ) -> T:
     """Run `body` in a transaction holding the conversation's row lock; retry on deadlock.
+
+    `retry=False` leaves the retry to the caller, which does more around each attempt.
 
     `body` is given the conversation's row as locked. The conversation's lock is taken
     before any run's: one lock order (docs/decisions/1020). Pipelined: statements whose
@@ -287,7 +377,7 @@ async def _in_locked_conversation(
                 committed = await body(conn, conversation)
             return await committed()
 
-    return await retry_deadlocks(attempt)
+    return await retry_deadlocks(attempt) if retry else await attempt()
 
 
 # A new run's row, written at its first events' seq and status by the statement that appends
@@ -329,10 +419,11 @@ class Created:
         return Run.from_row(await self.row())
 
 
-async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Created:
+async def _insert_run(conn: Conn, who: Principal, new: NewRun, *, queued: bool = True) -> Created:
     """Apply the busy policy and limits; send the message's, run's and first event's inserts.
 
-    The run and `run.created` go in one statement; no result is read here.
+    The run and `run.created` go in one statement; no result is read here. `queued=False`
+    holds back the queued notification, for a post whose claim sends it if it is still due.
     """
     message_id, run_id = new_id("msg"), new_id("run")
     await _apply_busy_policy(conn, who, new.conversation_id, new.if_busy)
@@ -365,6 +456,8 @@ async def _insert_run(conn: Conn, who: Principal, new: NewRun) -> Created:
         "agent_version": new.agent[1],
         "after_s": new.after_s,
     }
+    if not queued:
+        values["queued"] = False
     head, cursor = await append_creating(conn, run_id, [created], _CREATE, values)
     return Created(run_id, message_id, head, cursor)
 
@@ -506,6 +599,7 @@ _CLAIMABLE = f"""
           SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
             AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
                  OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
+      AND %(only)s
 """
 _STARTS = "NOT runs.cancel_requested AND NOT runs.pause_requested"
 _USER_MAX = "COALESCE((%(overrides)s::jsonb -> {0} ->> 'userMaxActiveRuns')::int, %(user_max)s)"
@@ -574,7 +668,7 @@ RETURNING runs.*, {_STARTS} AS starts,
 _CLAIM_REPORTING = f"""
 WITH claimed AS ({_CLAIM}), started AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
-    SELECT id, last_event_seq, '{EventType.RUN_STARTED.value}', now(), attempt,
+    SELECT id, last_event_seq, '{EventType.RUN_STARTED.value}', clock_timestamp(), attempt,
         jsonb_build_object('attempt', attempt, 'worker', %(owner)s, 'traceId',
             left(encode(sha256(convert_to('trace:' || id, 'UTF8')), 'hex'), 32))
     FROM claimed WHERE starts
@@ -587,7 +681,7 @@ WITH claimed AS ({_CLAIM}), started AS (
 )
 SELECT claimed.*, {SNAPSHOT_COLUMNS}, {TAIL_JSON.format(run="claimed", after="s.seq")} AS tail,
     started.ts AS started_ts, started.data AS started_data,
-    (SELECT count(*) FROM woken) AS woken,
+    (SELECT count(*) FROM woken) AS woken, %(requeued)s AS requeued,
     EXISTS (
         SELECT 1 FROM runs q WHERE {in_phase("queued", "q")}
           AND q.id NOT IN (SELECT id FROM claimed)
@@ -623,6 +717,9 @@ async def claim_next(conn: Conn, params: Mapping[str, Any]) -> Claim | None:
     return (await claim_reporting_backlog(conn, claim_statement(params)))[0]
 
 
+CLAIM_LOCK = 7_262_616_002  # the advisory lock that serialises claims (exact limits)
+
+
 def claim_statement(params: Mapping[str, Any]) -> str:
     """The claim statement with `params` written in as SQL literals.
 
@@ -633,7 +730,33 @@ def claim_statement(params: Mapping[str, Any]) -> str:
     (about a millisecond each), and again after any rollback, then settled on a plan made
     without the values (docs/decisions/2003).
     """
-    return _CLAIM_REPORTING % {key: sql.Literal(value).as_string() for key, value in params.items()}
+    literals = {key: sql.Literal(value).as_string() for key, value in params.items()}
+    return _CLAIM_REPORTING % {**literals, "only": "true", "requeued": "0"}
+
+
+# What a post's claim adds to the claim's conditions: the run just posted, and only while no
+# other run is queued (so it goes no earlier than a claim would take it), and only if no
+# claim is under way (a post never waits for one: the run stays queued for the workers).
+_POSTED_ONLY = f"""r.id = %(run)s
+      AND NOT EXISTS (SELECT 1 FROM runs q WHERE {in_phase("queued", "q")} AND q.id <> %(run)s)
+      AND pg_try_advisory_xact_lock({CLAIM_LOCK})"""
+# A run a post's claim did not take is queued: the notification the post held back is sent.
+_POSTED_REQUEUED = f"""(SELECT count(pg_notify('{RUNS_CHANNEL}', 'queued'))
+        WHERE NOT EXISTS (SELECT FROM claimed))"""
+
+
+def posted_claim_statement(params: Mapping[str, Any]) -> str:
+    """The claim a post makes for its process's worker, of the run it posts (`%(run)s`).
+
+    The claim statement of `claim_statement` with two more conditions: the run is the one
+    the post's transaction just inserted, and no other run is queued; and with the claim's
+    lock taken only if it is free. The run's queued notification is sent only if the run was
+    not claimed: the post sends its creating statement without it (docs/decisions/2054).
+    """
+    literals = {
+        key: sql.Literal(value).as_string().replace("%", "%%") for key, value in params.items()
+    }
+    return _CLAIM_REPORTING % {**literals, "only": _POSTED_ONLY, "requeued": _POSTED_REQUEUED}
 
 
 async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | None, bool]:
@@ -646,8 +769,17 @@ async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | N
     cur = await conn.execute(statement)
     row = await cur.fetchone()
     assert row is not None  # the statement returns one row whether or not it claims
+    return await claim_of(conn, row), row["backlog"]
+
+
+async def claim_of(conn: Conn, row: Mapping[str, Any]) -> Claim | None:
+    """The claim of a claim statement's row, None if it claimed nothing.
+
+    `conn` is the claim's transaction, or the pool's connection once a post's claim has
+    committed: the head of a run just created needs no statement (`started_by_claim`).
+    """
     if row["id"] is None:
-        return None, row["backlog"]
+        return None
     run = Run.from_row(row)
     if row["started_data"] is None:  # a cancel or pause asked for: not started
         # The stored snapshot lags behind a new run's first events (it has none) and behind a
@@ -655,7 +787,7 @@ async def claim_reporting_backlog(conn: Conn, statement: str) -> tuple[Claim | N
         head = await fold_tail(conn, head_of(run.id, row), row["tail"] or ())
     else:
         head = await started_by_claim(conn, row, row["started_ts"], row["started_data"])
-    return Claim(run, head, row["input_content"]), row["backlog"]
+    return Claim(run, head, row["input_content"])
 
 
 async def renew_leases(

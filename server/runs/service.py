@@ -25,6 +25,7 @@ from server.runs.records import (
     Accepted,
     Expected,
     NewRun,
+    PostClaimer,
     accept_expected,
     accept_message,
     get_run,
@@ -66,6 +67,7 @@ class RunService:
     metrics: Metrics
     tracing: Tracing
     memo: PostMemo
+    claimer: PostClaimer | None = None  # this process's worker, if it runs one
 
     async def post_message(self, who: Principal, message: NewMessage) -> Accepted:
         """Store a user message and queue a run for it, under the caller's limits.
@@ -121,7 +123,7 @@ class RunService:
         except AgentrtError:
             return None
         expected = Expected(conversation.agent, conversation.model, name, agent.version)
-        accepted = await accept_expected(self.pool, who, new, expected)
+        accepted = await accept_expected(self.pool, who, new, expected, self.claimer)
         if accepted is None:
             memo.forget(tenant, message.conversation_id, name)
         return accepted
@@ -154,7 +156,13 @@ class RunService:
             return new
 
         accepted = await accept_message(
-            self.pool, who, message.conversation_id, build, message.idempotency, guess
+            self.pool,
+            who,
+            message.conversation_id,
+            build,
+            message.idempotency,
+            guess,
+            self.claimer,
         )
         if met is not None:
             conversation, agent, ref = met

@@ -31,20 +31,20 @@ from server.runs.approvals import expire_due
 from server.runs.attempt import ExecutorDeps, RunHandle
 from server.runs.executor import execute_run
 from server.runs.records import (
+    CLAIM_LOCK,
     Claim,
     claim_reporting_backlog,
     claim_statement,
     fence_out,
     lock_expired_leases,
     mark_paused,
+    posted_claim_statement,
     renew_leases,
 )
 from server.settings import Settings
 from server.subagents.wake import wake_parents
 
 log = logging.getLogger(__name__)
-
-_CLAIM_LOCK = 7_262_616_002
 
 
 def claim_params(settings: Settings, owner: str) -> dict[str, Any]:
@@ -69,7 +69,10 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-8:]}"
         self._settings = deps.settings
         self._pool: Pool = deps.pool
-        self._claim_sql = claim_statement(claim_params(self._settings, self.owner))
+        params = claim_params(self._settings, self.owner)
+        self._claim_sql = claim_statement(params)
+        self._posted_sql = posted_claim_statement(params)
+        self._reserved = 0  # slots held for posts' claims (`reserve_post`)
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, RunHandle] = {}
@@ -184,7 +187,7 @@ class Worker:
                     await self.reap_expired()
                     await expire_due(self.deps.pool)
                     await wake_parents(self.deps.pool)
-                while self._claiming and len(self._tasks) < self._settings.worker_concurrency:
+                while self._claiming and self._free_slots() > 0:
                     if not await self.claim_one() or not self._backlog:
                         break
             except Exception:
@@ -192,13 +195,43 @@ class Worker:
                 self._backlog = True  # what the failed claim saw was rolled back with it
                 await asyncio.sleep(1)
 
+    def _free_slots(self) -> int:
+        return self._settings.worker_concurrency - len(self._tasks) - self._reserved
+
+    def reserve_post(self) -> str | None:
+        """Hold a slot for the run a post of this process creates; its claim statement.
+
+        None while the worker drains or has no free slot: the run is then queued for any
+        worker, as it would be without one here (server/runs/records.py `PostClaimer`).
+        """
+        if not self._claiming or self._free_slots() <= 0:
+            return None
+        self._reserved += 1
+        return self._posted_sql
+
+    def release_post(self) -> None:
+        """Give back a slot `reserve_post` held.
+
+        A run queued while the slot was held found no free one: the claim loop looks again.
+        """
+        self._reserved -= 1
+        if self._backlog:
+            self._wake.set()
+
+    def start_posted(self, claim: Claim) -> None:
+        """Execute a run a post of this process claimed for this worker."""
+        self.deps.metrics.events_written.inc()  # run.started, stored by the claim
+        self._start(claim)
+        if not self._claiming:  # the drain began while the post was in flight
+            self._handles[claim.run.id].control.request_drain("shutdown")
+
     async def claim_one(self) -> bool:
         """Claim the next claimable run and start it; return False when there was none."""
         seen = self._queued_seen
         # Pipelined: BEGIN and the claim lock go out with the claim statement, which also
         # appends `run.started`; COMMIT goes alone.
         async with self._pool.connection() as conn, pipelined_transaction(conn):
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
             claim, backlog = await claim_reporting_backlog(conn, self._claim_sql)
             # A run queued while the claim ran may be missing from its snapshot.
             self._backlog = backlog or self._queued_seen != seen

@@ -18,6 +18,7 @@ from server.events.log import load_head, read_events
 from server.observability.tracing import hex_trace_id
 from server.runs.conversations import create_conversation
 from server.runs.records import (
+    CLAIM_LOCK,
     Claim,
     claim_next,
     claim_reporting_backlog,
@@ -25,7 +26,7 @@ from server.runs.records import (
     create_run,
     get_run,
 )
-from server.runs.worker import _CLAIM_LOCK, claim_params
+from server.runs.worker import claim_params
 from server.settings import Settings
 
 WHO = Principal("t1", "u1")
@@ -110,7 +111,7 @@ async def test_a_run_whose_checkpoint_write_is_in_flight_is_claimed_after_the_wr
 async def _claim_on(conn: AsyncConnection[Any], params: dict[str, Any]) -> Claim | None:
     """One claim as the worker makes it: its own transaction, under the claim lock."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
         return await claim_next(conn, params)
 
 

@@ -151,7 +151,7 @@ async def test_a_claim_reads_a_handful_of_rows_however_long_the_queue(
         async with conn.transaction(force_rollback=True):
             cur = await conn.execute(
                 "EXPLAIN (ANALYZE, FORMAT JSON) " + _CLAIM,
-                {**params, "overrides": Jsonb(settings.tenant_limits)},
+                {**params, "overrides": Jsonb(settings.tenant_limits), "only": True},
             )
             row = await cur.fetchone()
     assert row is not None
