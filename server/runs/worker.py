@@ -194,6 +194,7 @@ class Worker:
                 log.exception("claiming runs failed; retrying")
                 self._backlog = True  # what the failed claim saw was rolled back with it
                 await asyncio.sleep(1)
+                self._wake.set()  # a second later, not at the next poll
 
     def _free_slots(self) -> int:
         return self._settings.worker_concurrency - len(self._tasks) - self._reserved
