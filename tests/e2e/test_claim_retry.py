@@ -18,7 +18,7 @@ from server.app import create_app
 from server.db.pool import Pool
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
-from tests.support.live import serve, wait_for_status
+from tests.support.live import post_in_new_conversation, serve, wait_for_status
 
 SCRIPTS = {"quick": [ScriptedTurn(text="quick answer")]}
 
@@ -54,13 +54,7 @@ async def test_a_failed_claim_is_tried_again_without_waiting_for_the_poll(
         await conn.execute(_FAULT, prepare=False)
     try:
         async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
-            conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-            run = (
-                await client.post(
-                    f"/api/conversations/{conv}/messages",
-                    json={"content": "hi", "model": "scripted:quick"},
-                )
-            ).json()
+            run = await post_in_new_conversation(client, "scripted:quick")
             await wait_for_status(client, run["runId"], "completed", limit_s=20)
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT last_value FROM test_claim_faults")

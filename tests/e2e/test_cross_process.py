@@ -11,7 +11,7 @@ from nodes.models.scripted import ScriptedTurn
 from server.app import create_app
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
-from tests.support.live import read_sse, rebuild_output, serve
+from tests.support.live import post_in_new_conversation, read_sse, rebuild_output, serve
 
 SCRIPTS = {
     "pause": [ScriptedTurn(text="wait for it... there.", chunk_chars=8, delay_s=0.7)],
@@ -32,13 +32,7 @@ async def api_url(settings: Settings) -> AsyncIterator[str]:
 
 async def test_events_from_a_worker_elsewhere_reach_the_api_stream(api_url: str) -> None:
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
-        conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-        run = (
-            await client.post(
-                f"/api/conversations/{conv}/messages",
-                json={"content": "hi", "model": "scripted:quick"},
-            )
-        ).json()
+        run = await post_in_new_conversation(client, "scripted:quick")
         events = await read_sse(client, run["streamUrl"])
     assert events[-1].event == "run.completed"
     assert rebuild_output(events) == "quick answer"
@@ -47,13 +41,7 @@ async def test_events_from_a_worker_elsewhere_reach_the_api_stream(api_url: str)
 
 async def test_idle_stream_sends_heartbeats(api_url: str) -> None:
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
-        conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-        run = (
-            await client.post(
-                f"/api/conversations/{conv}/messages",
-                json={"content": "hi", "model": "scripted:pause"},
-            )
-        ).json()
+        run = await post_in_new_conversation(client, "scripted:pause")
         raw = ""
         async with client.stream("GET", run["streamUrl"]) as response:
             async for text in response.aiter_text():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +26,13 @@ from server.db.pool import Pool
 from server.runs.records import CLAIM_LOCK, create_run
 from server.settings import Settings
 from server.usage.registry import ModelRegistry
-from tests.support.live import read_sse, rebuild_output, serve, wait_for_status
+from tests.support.live import (
+    post_in_new_conversation,
+    read_sse,
+    rebuild_output,
+    serve,
+    wait_for_status,
+)
 
 SCRIPTS = {
     "quick": [ScriptedTurn(text="quick answer")],
@@ -59,16 +64,6 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def _post(client: httpx.AsyncClient, model: str = "scripted:quick") -> dict[str, Any]:
-    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-    response = await client.post(
-        f"/api/conversations/{conv}/messages", json={"content": "hi", "model": model}
-    )
-    assert response.status_code == 202, response.text
-    run: dict[str, Any] = response.json()
-    return run
-
-
 async def _claimed_by_post(pool: Pool, run_id: str) -> bool:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -82,7 +77,7 @@ async def _claimed_by_post(pool: Pool, run_id: str) -> bool:
 async def test_a_post_starts_its_run_in_its_own_transaction(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:
-    run = await _post(client)
+    run = await post_in_new_conversation(client, "scripted:quick")
     events = await read_sse(client, run["streamUrl"])
     assert [e.event for e in events[:2]] == ["run.created", "run.started"]
     assert events[-1].event == "run.completed"
@@ -103,7 +98,7 @@ async def test_a_post_does_not_wait_for_a_claim_under_way(
         # A claim under way holds the claims' lock until its transaction ends.
         await holder.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
         async with asyncio.timeout(10):  # the post answers while the lock is held
-            run = await _post(client)
+            run = await post_in_new_conversation(client, "scripted:quick")
         record = (await client.get(f"/api/runs/{run['runId']}")).json()
         assert (record["status"], record["leaseOwner"]) == ("queued", None)
     # Its queued notification was sent: the worker claims it long before its next poll.
@@ -119,7 +114,7 @@ async def test_a_post_leaves_its_run_behind_an_older_queued_one(
     # Queued before the post, but not claimable for an hour.
     waiting = await create_run(pool, who, conv, "later", "scripted:quick", {}, after_s=3600)
     try:
-        run = await _post(client)
+        run = await post_in_new_conversation(client, "scripted:quick")
         await wait_for_status(client, run["runId"], "completed", limit_s=20)
         assert not await _claimed_by_post(pool, run["runId"])
     finally:
@@ -130,9 +125,9 @@ async def test_a_post_leaves_its_run_behind_an_older_queued_one(
 async def test_a_post_leaves_its_run_queued_when_the_worker_is_full(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:
-    slow = await _post(client, "scripted:slow")
+    slow = await post_in_new_conversation(client, "scripted:slow")
     await wait_for_status(client, slow["runId"], "running")
-    run = await _post(client)  # the worker's one slot is taken
+    run = await post_in_new_conversation(client, "scripted:quick")  # the worker's one slot is taken
     record = (await client.get(f"/api/runs/{run['runId']}")).json()
     assert record["status"] == "queued"
     await wait_for_status(client, run["runId"], "completed", limit_s=20)
@@ -148,7 +143,7 @@ async def test_a_slot_given_back_lets_the_worker_claim_a_run_queued_meanwhile(
     assert worker.reserve_post() is not None
     try:
         heard = worker._queued_seen
-        run = await _post(client)
+        run = await post_in_new_conversation(client, "scripted:quick")
         async with asyncio.timeout(20):  # the worker heard of it, and had no slot for it
             while True:
                 if worker._queued_seen != heard:

@@ -27,6 +27,19 @@ def free_port() -> int:
 KEEP_ALIVE_S = Settings.model_fields["http_keep_alive_s"].default
 
 
+async def post_in_new_conversation(
+    client: httpx.AsyncClient, model: str, content: str = "hi"
+) -> dict[str, Any]:
+    """Create a conversation and post `content` to it with `model`; return the 202's body."""
+    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
+    response = await client.post(
+        f"/api/conversations/{conv}/messages", json={"content": content, "model": model}
+    )
+    assert response.status_code == 202, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
 @asynccontextmanager
 async def serve(app: FastAPI) -> AsyncIterator[str]:
     """Serve `app` with uvicorn on a free loopback port; yield its base URL."""
