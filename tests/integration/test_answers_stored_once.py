@@ -20,7 +20,11 @@ from server.events.log import NewEvent, RunHead, append_events, read_events
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
+from tests.integration.test_manifests_stored_once import (
+    append_in_turn,
+    assert_reads_give_back,
+    stored_rows,
+)
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,13 +61,8 @@ def on_every_path(call_id: str) -> Any:
 
 
 async def stored_completed(pool: Pool, run_id: str) -> dict[str, Any]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT data FROM run_events WHERE run_id = %s AND type = 'run.completed'", (run_id,)
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return dict(row["data"])
+    [data] = (await stored_rows(pool, run_id, EventType.RUN_COMPLETED)).values()
+    return data
 
 
 @on_every_path("mc_answer")
@@ -132,12 +131,8 @@ async def test_a_completion_not_kept_so_is_stored_whole_and_a_lost_message_reads
 
 
 async def stored_items(pool: Pool, run_id: str) -> dict[str, dict[str, Any]]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT data FROM run_events WHERE run_id = %s AND type = 'message.item.completed'",
-            (run_id,),
-        )
-        return {r["data"]["itemId"]: dict(r["data"]) for r in await cur.fetchall()}
+    rows = await stored_rows(pool, run_id, EventType.MESSAGE_ITEM_COMPLETED)
+    return {data["itemId"]: data for data in rows.values()}
 
 
 def item_events(item_id: str, pieces: list[str], text: str | None = None) -> list[NewEvent]:

@@ -23,7 +23,12 @@ from server.events.log import NewEvent, StoredEvent, append_creating, append_eve
 from server.events.notify import Notifier
 from server.usage.ledger import MODEL_CALLS
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
+from tests.integration.test_manifests_stored_once import (
+    append_in_turn,
+    assert_reads_give_back,
+    calls_after_first,
+    stored_rows,
+)
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,14 +65,6 @@ def priced(call_id: str, cost: str, latency: float) -> NewEvent:
     return event
 
 
-async def stored_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT seq, data FROM run_events WHERE run_id = %s AND type = 'usage'", (run_id,)
-        )
-        return {r["seq"]: r["data"] for r in await cur.fetchall()}
-
-
 async def ledger(pool: Pool, run_id: str) -> dict[str, dict[str, Any]]:
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT * FROM model_calls WHERE run_id = %s", (run_id,))
@@ -93,11 +90,11 @@ async def test_every_append_path_stores_the_call_once_and_reads_give_it_back(
         generation,
         batches,
         lambda e: e.type == EventType.USAGE,
-        hooks=lambda number: [MODEL_CALLS] if number else [],
+        hooks=calls_after_first,
     )
 
     # The log holds a stub: the event's other keys, the marker and the call's id.
-    rows = await stored_rows(pool, run_id)
+    rows = await stored_rows(pool, run_id, EventType.USAGE)
     assert sorted(rows) == sorted(appended) and len(rows) == 4
     for seq, data in rows.items():
         rest = {k: v for k, v in appended[seq].items() if k != "call"}
@@ -129,7 +126,7 @@ async def test_a_call_the_row_cannot_give_back_is_stored_whole_and_a_stub_withou
         head, _ = await append_events(
             conn, run_id, [places, extra], generation=generation, head=head, hooks=[MODEL_CALLS]
         )
-    rows = await stored_rows(pool, run_id)
+    rows = await stored_rows(pool, run_id, EventType.USAGE)
     assert [d["call"]["callId"] for d in rows.values()] == ["mc_places", "mc_extra"]
     assert sorted(await ledger(pool, run_id)) == ["mc_extra", "mc_places"]  # by the hook
 

@@ -72,14 +72,15 @@ def built(step: int, attempt: int = 1, note: str = "") -> NewEvent:
     return NewEvent(EventType.CONTEXT_BUILT, manifest(step, attempt, note))
 
 
-async def stored_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
-    """The log's rows of the run's `context.built` events, by seq, as stored."""
+async def stored_rows(
+    pool: Pool, run_id: str, kind: str = EventType.CONTEXT_BUILT
+) -> dict[int, dict[str, Any]]:
+    """The data of the run's events of type `kind` in the log, by seq, as stored."""
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT seq, data FROM run_events WHERE run_id = %s AND type = 'context.built'",
-            (run_id,),
+            "SELECT seq, data FROM run_events WHERE run_id = %s AND type = %s", (run_id, kind)
         )
-        return {r["seq"]: r["data"] for r in await cur.fetchall()}
+        return {r["seq"]: dict(r["data"]) for r in await cur.fetchall()}
 
 
 async def table_rows(pool: Pool, run_id: str) -> dict[int, dict[str, Any]]:
@@ -124,6 +125,11 @@ async def append_in_turn(
         await tail.until(head.seq)
     await asyncio.wait_for(tail.task, 60)
     return head, appended
+
+
+def calls_after_first(number: int) -> list[StoreHook]:
+    """`append_in_turn`'s hooks: none for the first batch (one statement), then the ledger's."""
+    return [MODEL_CALLS] if number else []
 
 
 def is_built(event: StoredEvent) -> bool:

@@ -20,10 +20,13 @@ from server.db.pool import Pool
 from server.events import calls
 from server.events.log import NewEvent, append_events, read_events
 from server.events.notify import Notifier
-from server.usage.ledger import MODEL_CALLS
-from tests.integration.test_calls_stored_once import stored_rows
 from tests.integration.test_carried_notifications import following, notifier, started
-from tests.integration.test_manifests_stored_once import append_in_turn, assert_reads_give_back
+from tests.integration.test_manifests_stored_once import (
+    append_in_turn,
+    assert_reads_give_back,
+    calls_after_first,
+    stored_rows,
+)
 from tests.integration.test_store_hooks import usage_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -118,10 +121,10 @@ async def test_every_append_path_leaves_the_zeros_out_and_reads_put_them_back(
         generation,
         batches,
         lambda e: e.type == EventType.USAGE,
-        hooks=lambda number: [MODEL_CALLS] if number else [],
+        hooks=calls_after_first,
     )
 
-    rows = await stored_rows(pool, run_id)
+    rows = await stored_rows(pool, run_id, EventType.USAGE)
     by_call = {data["callId"]: data for data in rows.values()}
     assert sorted(by_call) == ["mc_1", "mc_2", "mc_3", "mc_4", "mc_5"]
     kept = {"mc_1": FIRST, "mc_2": ZEROS, "mc_3": UNPRICED, "mc_4": ALL_SET}
