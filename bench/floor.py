@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import statistics
@@ -126,13 +127,34 @@ def _await_ready(proc: Proc, what: str, ready: Callable[[], bool], limit_s: floa
 
 def start_floor_worker(database_url: str, limit_s: float = 60) -> Proc:
     """Start bench/floor_worker.py (rung L3's worker); wait until its log says it is ready."""
-    popen, log = _spawn([sys.executable, "-m", "bench.floor_worker"], database_url)
-    return _await_ready(
-        Proc(popen, None, log),
-        "floor worker",
-        lambda: "ready" in log.read_text(errors="replace").split(),
-        limit_s,
-    )
+    return start_floor_workers(database_url, 1, limit_s=limit_s)[0]
+
+
+def start_floor_workers(
+    database_url: str, count: int, concurrency: int | None = None, limit_s: float = 60
+) -> list[Proc]:
+    """Start `count` floor workers side by side (of `concurrency` slots each, else its default).
+
+    Waits until the log of each says it is ready.
+    """
+    args = [sys.executable, "-m", "bench.floor_worker"]
+    if concurrency is not None:
+        args += ["--concurrency", str(concurrency)]
+    spawned = [_spawn(args, database_url) for _ in range(count)]
+    procs = [Proc(popen, None, log) for popen, log in spawned]
+    try:
+        return [
+            _await_ready(proc, "floor worker", functools.partial(_says_ready, log), limit_s)
+            for proc, (_, log) in zip(procs, spawned, strict=True)
+        ]
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+
+
+def _says_ready(log: Path) -> bool:
+    return "ready" in log.read_text(errors="replace").split()
 
 
 def start_floor_server(database_url: str, queued: bool = False, limit_s: float = 60) -> Proc:

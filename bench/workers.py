@@ -11,11 +11,18 @@ the order rotated at each), so that the machine's drift falls on every count ali
 warmed up first (`WARM_UP_RUNS`, 32 in flight), so that the figures leave out the pools' new
 connections and each new backend's first statements. Transactions per run are counted in
 the first turn.
+
+The guarantee floor's rung L3 (bench/floor_worker.py: a queue, leases, fenced writes and a
+tool ledger at their least, in a database of its own) runs the same runs at each count in the
+same turns, back to back with agentrt, which of the two goes first swapped at each turn: the
+scaling target's verdict says whether the floor's runs/s falls too as processes are added,
+and what agentrt's most processes do against the floor's best count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import statistics
 import tempfile
@@ -25,10 +32,11 @@ from pathlib import Path
 
 import psycopg
 
-from bench.client import Endpoint
+from bench.client import Endpoint, sse
 from bench.common import (
     Figures,
     Proc,
+    database_url_for,
     env_for,
     http,
     post_run,
@@ -39,7 +47,10 @@ from bench.common import (
     start_workers,
     write_scripts,
 )
+from bench.floor import start_floor_server, start_floor_workers
 from bench.overhead import agentrt_run, conversations
+
+FLOOR_DATABASE = "bench_workers_floor"
 
 TOOL_TURN = {"text": "", "tool_calls": [{"name": "calculator", "args": {"expression": "6*7"}}]}
 ANSWER = {"text": "word " * 20, "chunk_chars": 5}
@@ -49,6 +60,7 @@ SCRIPTS = {
 }
 
 
+WORKER_CONCURRENCY = 16  # slots per worker process, agentrt's default and the floor's here
 WARM_UP_RUNS = 64  # before each worker count's measured runs, not measured
 # Idle backends report their statistics at most this long after their last transaction.
 STATS_SETTLE_S = 11.0
@@ -99,7 +111,7 @@ async def throughput(url: str, runs: int, concurrency: int) -> float:
 
 
 def main(database_url: str, quick: bool) -> Figures:
-    """Measure runs per second with one, two and four worker processes."""
+    """Measure runs per second with one, two and four worker processes, and the floor's."""
     figures = Figures("Worker processes: throughput and recovery", "make bench (bench/workers.py)")
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-workers-"))
     scripts = write_scripts(folder, SCRIPTS)
@@ -113,57 +125,43 @@ def main(database_url: str, quick: bool) -> Figures:
     runs = 40 if quick else 200
     repeats = 1 if quick else 3
     counts = (1, 2) if quick else (1, 2, 4)
+    # The floor's queue in a database of its own, so that neither stack's notifications wake
+    # the other's listening backends (docs/decisions/1910).
+    floor_url = database_url_for(database_url, FLOOR_DATABASE)
     api = start_api(env)
+    floor_server = start_floor_server(floor_url, queued=True)
     assert api.url is not None
-    with processes([api]):
-        figures.add("| worker processes | runs/s (median) | spread | repeats |")
-        figures.add("|---|---|---|---|")
+    with processes([api, floor_server]):
         rates: dict[int, list[float]] = {count: [] for count in counts}
+        floor: dict[int, list[FloorTurn]] = {count: [] for count in counts}
         spent: dict[int, list[float]] = {count: [0.0] * 5 for count in counts}
         xacts: dict[int, float] = {}
         # In turns, each turn with every worker count and the order rotated at each, so that
-        # the machine's drift falls on every count alike.
+        # the machine's drift falls on every count alike; the floor and agentrt back to back
+        # at each count, which goes first swapped at each turn.
         for turn in range(repeats):
             for count in counts[turn % len(counts) :] + counts[: turn % len(counts)]:
+                if turn % 2 == 0:
+                    floor[count].append(_measure_floor(floor_server, floor_url, count, runs))
                 rate, cost, per_run_xacts = _measure(api, env, database_url, count, runs, turn == 0)
+                if turn % 2 == 1:
+                    floor[count].append(_measure_floor(floor_server, floor_url, count, runs))
                 rates[count].append(rate)
                 spent[count] = [a + b for a, b in zip(spent[count], cost, strict=True)]
                 if per_run_xacts is not None:
                     xacts[count] = per_run_xacts
-        costs: dict[int, Cost] = {}
+        figures.add("| worker processes | runs/s (median) | spread | repeats |")
+        figures.add("|---|---|---|---|")
         for count in counts:
-            api_s, workers_s, pg_s, client_s, wall_s = spent[count]
-            total_runs = runs * repeats
-            costs[count] = Cost(
-                api=api_s / total_runs,
-                workers=workers_s / total_runs,
-                postgres=pg_s / total_runs,
-                client=client_s / total_runs,
-                cores=(api_s + workers_s + pg_s + client_s) / wall_s,
-                xacts=xacts[count],
-            )
             figures.add(
                 f"| {count} | {statistics.median(rates[count]):.1f} | "
                 f"{max(rates[count]) - min(rates[count]):.1f} | "
                 f"{repeats} x {runs} runs, 32 in flight |"
             )
         figures.add("")
-        figures.add(
-            "CPU per run by process (ms), cores busy (all CPU seconds over wall seconds; the "
-            f"machine has {os.cpu_count()}) and Postgres transactions per run:"
-        )
+        _add_costs(figures, counts, spent, xacts, runs * repeats)
         figures.add("")
-        figures.add(
-            "| worker processes | API | workers | Postgres | benchmark client | total "
-            "| cores busy | transactions/run |"
-        )
-        figures.add("|---|---|---|---|---|---|---|---|")
-        for count, c in costs.items():
-            figures.add(
-                f"| {count} | {c.api * 1000:.1f} | {c.workers * 1000:.1f} | "
-                f"{c.postgres * 1000:.1f} | {c.client * 1000:.1f} | {c.total * 1000:.1f} | "
-                f"{c.cores:.2f} | {c.xacts:.1f} |"
-            )
+        _add_floor(figures, counts, rates, floor, spent, runs * repeats)
         figures.add("")
         times = []
         for _ in range(1 if quick else 3):
@@ -177,6 +175,147 @@ def main(database_url: str, quick: bool) -> Figures:
     return figures
 
 
+def _add_costs(
+    figures: Figures,
+    counts: tuple[int, ...],
+    spent: dict[int, list[float]],
+    xacts: dict[int, float],
+    total_runs: int,
+) -> None:
+    costs: dict[int, Cost] = {}
+    for count in counts:
+        api_s, workers_s, pg_s, client_s, wall_s = spent[count]
+        costs[count] = Cost(
+            api=api_s / total_runs,
+            workers=workers_s / total_runs,
+            postgres=pg_s / total_runs,
+            client=client_s / total_runs,
+            cores=(api_s + workers_s + pg_s + client_s) / wall_s,
+            xacts=xacts[count],
+        )
+    figures.add(
+        "CPU per run by process (ms), cores busy (all CPU seconds over wall seconds; the "
+        f"machine has {os.cpu_count()}) and Postgres transactions per run:"
+    )
+    figures.add("")
+    figures.add(
+        "| worker processes | API | workers | Postgres | benchmark client | total "
+        "| cores busy | transactions/run |"
+    )
+    figures.add("|---|---|---|---|---|---|---|---|")
+    for count, c in costs.items():
+        figures.add(
+            f"| {count} | {c.api * 1000:.1f} | {c.workers * 1000:.1f} | "
+            f"{c.postgres * 1000:.1f} | {c.client * 1000:.1f} | {c.total * 1000:.1f} | "
+            f"{c.cores:.2f} | {c.xacts:.1f} |"
+        )
+
+
+def _add_floor(
+    figures: Figures,
+    counts: tuple[int, ...],
+    rates: dict[int, list[float]],
+    floor: dict[int, list[FloorTurn]],
+    spent: dict[int, list[float]],
+    total_runs: int,
+) -> None:
+    """The floor's runs/s beside agentrt's, and each one's step from one count to the next."""
+    figures.add(
+        "The same runs on the guarantee floor's rung L3 (bench/floor_worker.py; see the "
+        "guarantee floor's section), measured in the same turns, back to back with agentrt at "
+        "each count: a server that only queues the run and streams what a worker process "
+        "commits; workers of as many slots as agentrt's that claim the oldest queued run "
+        "(`FOR UPDATE SKIP LOCKED`, no lock between claims, no limits), renew their leases, "
+        "fence every write and record each tool call. It keeps what lets a run outlive the "
+        "processes that accept and run it, and a gapless resumable stream, and nothing else. "
+        "Python CPU is the server's and the workers'; Postgres CPU the whole server's."
+    )
+    figures.add("")
+    figures.add(
+        "| worker processes | floor runs/s | agentrt runs/s | agentrt against the floor "
+        "| floor Python CPU/run | agentrt Python CPU/run | floor Postgres CPU/run "
+        "| agentrt Postgres CPU/run |"
+    )
+    figures.add("|---|---|---|---|---|---|---|---|")
+    for count in counts:
+        turns = floor[count]
+        paired = [a / f.rate for a, f in zip(rates[count], turns, strict=True)]
+        api_s, workers_s, pg_s, _client, _wall = spent[count]
+        figures.add(
+            f"| {count} | {statistics.median(f.rate for f in turns):.1f} | "
+            f"{statistics.median(rates[count]):.1f} | {statistics.median(paired):.2f}x | "
+            f"{statistics.median(f.python for f in turns) * 1000:.1f} ms | "
+            f"{(api_s + workers_s) / total_runs * 1000:.1f} ms | "
+            f"{statistics.median(f.postgres for f in turns) * 1000:.1f} ms | "
+            f"{pg_s / total_runs * 1000:.1f} ms |"
+        )
+    figures.add("")
+    steps, falls = [], []
+    for fewer, more in itertools.pairwise(counts):
+        ours = [b / a for a, b in zip(rates[fewer], rates[more], strict=True)]
+        theirs = [b.rate / a.rate for a, b in zip(floor[fewer], floor[more], strict=True)]
+        steps.append(
+            f"from {fewer} to {more}: agentrt {statistics.median(ours):.2f}x "
+            f"({', '.join(f'{r:.2f}' for r in ours)}), the floor "
+            f"{statistics.median(theirs):.2f}x ({', '.join(f'{r:.2f}' for r in theirs)})"
+        )
+        falls.append((statistics.median(ours) < 1, statistics.median(theirs) < 1))
+    verdict = "**missed**" if any(ours for ours, _ in falls) else "**met**"
+    floor_falls = any(theirs for _, theirs in falls)
+    best_count = max(counts, key=lambda count: statistics.median(f.rate for f in floor[count]))
+    best = statistics.median(f.rate for f in floor[best_count])
+    most = counts[-1]
+    figures.add(
+        "Runs/s as processes are added, each turn's figure against the same turn's with fewer "
+        f"processes (median; each turn): {'; '.join(steps)}. Target: no fall as processes "
+        f"are added: {verdict} by agentrt; the floor "
+        f"{'falls too' if floor_falls else 'does not fall'}. With {most} processes agentrt does "
+        f"{statistics.median(rates[most]) / best:.2f}x the runs/s of the floor's best count "
+        f"({best_count}, {best:.1f} runs/s). The machine has {os.cpu_count()} cores; cores "
+        "busy (above) says how near two and four processes come to keeping them all busy."
+    )
+
+
+@dataclass(frozen=True)
+class FloorTurn:
+    """One turn of the floor at one worker count: runs/s, CPU seconds per run."""
+
+    rate: float
+    python: float  # the floor server and its workers
+    postgres: float
+
+
+async def floor_throughput(url: str, runs: int, concurrency: int) -> float:
+    """Post `runs` runs to the floor's server, `concurrency` at a time, each read to its end."""
+    ep = Endpoint.of(url)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with gate:
+            times = await sse(ep, "/runs", method="POST", payload={"input": "go"})
+            if times.terminal != "run.completed":
+                raise RuntimeError(f"a floor run ended {times.terminal or 'without an end'}")
+
+    started = time.perf_counter()
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(one() for _ in range(runs)))
+    return runs / (time.perf_counter() - started)
+
+
+def _measure_floor(server: Proc, floor_url: str, count: int, runs: int) -> FloorTurn:
+    """Measure `runs` floor runs, 32 in flight, on `count` fresh floor worker processes."""
+    assert server.url is not None
+    workers = start_floor_workers(floor_url, count, concurrency=WORKER_CONCURRENCY)
+    with processes(workers):
+        run_async(floor_throughput(server.url, WARM_UP_RUNS, 32))
+        cpu0 = sum(p.cpu_seconds() for p in (server, *workers))
+        pg0 = postgres_cpu_seconds(floor_url)
+        rate = run_async(floor_throughput(server.url, runs, 32))
+        cpu = sum(p.cpu_seconds() for p in (server, *workers)) - cpu0
+        pg = postgres_cpu_seconds(floor_url) - pg0
+    return FloorTurn(rate, cpu / runs, pg / runs)
+
+
 def _measure(
     api: Proc, env: dict[str, str], database_url: str, count: int, runs: int, count_xacts: bool
 ) -> tuple[float, list[float], float | None]:
@@ -186,7 +325,7 @@ def _measure(
     wall seconds; and Postgres transactions per run if `count_xacts`.
     """
     assert api.url is not None
-    workers = start_workers(env, count)
+    workers = start_workers(env, count, WORKER_CONCURRENCY)
     # Warm up at the measured concurrency: the workers' pools open the connections that 32
     # runs in flight need, and each new Postgres backend fills its caches. Long-lived workers
     # pay that once, so it is kept out of the figures.

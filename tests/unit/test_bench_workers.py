@@ -1,0 +1,47 @@
+"""The workers benchmark's verdict on scaling follows its figures, the floor's beside agentrt's."""
+
+from __future__ import annotations
+
+from bench.common import Figures
+from bench.workers import FloorTurn, _add_floor
+
+COUNTS = (1, 2, 4)
+
+
+def verdict(ours: dict[int, list[float]], theirs: dict[int, list[float]]) -> str:
+    figures = Figures("workers", "test")
+    floor = {c: [FloorTurn(rate, 0.015, 0.005) for rate in rates] for c, rates in theirs.items()}
+    # API, workers, Postgres, client and wall seconds over all turns: 200 runs a turn.
+    spent = {c: [0.6, 2.4, 1.2, 0.1, 10.0] for c in COUNTS}
+    _add_floor(figures, COUNTS, ours, floor, spent, 200 * 2)
+    return figures.lines[-1]
+
+
+def test_a_fall_from_two_processes_to_four_misses_the_target_and_says_whether_the_floor_fell():
+    said = verdict(
+        {1: [70.0, 72.0], 2: [80.0, 84.0], 4: [74.0, 76.0]},
+        {1: [60.0, 61.0], 2: [62.0, 63.0], 4: [60.0, 62.0]},
+    )
+    assert "**missed** by agentrt; the floor falls too" in said
+    assert "from 2 to 4: agentrt 0.91x (0.93, 0.90)" in said
+    # The floor's best count is 2 (62.5 runs/s); agentrt's four do 75.0.
+    assert "agentrt does 1.20x the runs/s of the floor's best count (2, 62.5 runs/s)" in said
+
+
+def test_runs_per_second_that_never_fall_meet_the_target():
+    said = verdict(
+        {1: [70.0, 70.0], 2: [80.0, 80.0], 4: [81.0, 80.0]},
+        {1: [60.0, 60.0], 2: [60.0, 61.0], 4: [62.0, 61.0]},
+    )
+    assert "**met** by agentrt; the floor does not fall" in said
+
+
+def test_the_table_sets_each_count_of_agentrt_against_the_floor_in_the_same_turn():
+    figures = Figures("workers", "test")
+    floor = {c: [FloorTurn(50.0, 0.015, 0.005), FloorTurn(100.0, 0.017, 0.007)] for c in COUNTS}
+    rates = {c: [60.0, 90.0] for c in COUNTS}
+    _add_floor(figures, COUNTS, rates, floor, {c: [0.6, 2.4, 1.2, 0.1, 10] for c in COUNTS}, 400)
+    row = next(line for line in figures.lines if line.startswith("| 4 |"))
+    # Paired by turn: 60/50 and 90/100, median 1.05x (unpaired medians would give 1.00x).
+    assert row.split(" | ")[1:4] == ["75.0", "75.0", "1.05x"]
+    assert row.endswith("| 16.0 ms | 7.5 ms | 6.0 ms | 3.0 ms |")
