@@ -227,8 +227,9 @@ def _add_floor(
         "commits; workers of as many slots as agentrt's that claim the oldest queued run "
         "(`FOR UPDATE SKIP LOCKED`, no lock between claims, no limits), renew their leases, "
         "fence every write and record each tool call. It keeps what lets a run outlive the "
-        "processes that accept and run it, and a gapless resumable stream, and nothing else. "
-        "Python CPU is the server's and the workers'; Postgres CPU the whole server's."
+        "processes that accept and run it, and a gapless stream of committed events, and "
+        "nothing else. Python CPU is the server's and the workers'; Postgres CPU the whole "
+        "server's."
     )
     figures.add("")
     figures.add(
