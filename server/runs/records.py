@@ -608,8 +608,8 @@ WITH user_active AS (
     SELECT tenant_id, user_id, count(*) AS n FROM runs
     WHERE {in_phase("active")} AND lease_owner IS NOT NULL GROUP BY tenant_id, user_id
 ), tenant_active AS (
-    SELECT tenant_id, count(*) AS n FROM runs
-    WHERE {in_phase("active")} AND lease_owner IS NOT NULL GROUP BY tenant_id
+    -- The tenants' counts are their users' added up: one scan of the active runs, not two.
+    SELECT tenant_id, sum(n)::bigint AS n FROM user_active GROUP BY tenant_id
 ), held AS (
     SELECT c.id, ua.n, c.created_at FROM user_active ua CROSS JOIN LATERAL (
         SELECT r.id, r.created_at FROM runs r

@@ -103,6 +103,25 @@ async def test_tenant_overrides_of_the_limits_apply(pool: Pool, settings: Settin
     assert await start(pool, overridden) is None
 
 
+async def test_a_tenants_limit_counts_the_active_runs_of_all_its_users(
+    pool: Pool, settings: Settings
+) -> None:
+    limited = settings.model_copy(update={"tenant_limits": {"t1": {"tenantMaxActiveRuns": 3}}})
+    dave = Principal("t1", "dave")
+    for who in (ALICE, ALICE, BOB):
+        await queue(pool, who)
+    assert {(await start(pool, limited)).user_id for _ in range(3)} == {"alice", "bob"}  # type: ignore[union-attr]
+    # Two of Alice's and one of Bob's make three in t1: Dave, with none, waits all the same,
+    # while Carol, of another tenant, goes.
+    await queue(pool, dave)
+    carols = await queue(pool, CAROL)
+    assert (await start(pool, limited)).id == carols.id  # type: ignore[union-attr]
+    assert await start(pool, limited) is None
+    # With room for four, Dave's run goes.
+    roomier = settings.model_copy(update={"tenant_limits": {"t1": {"tenantMaxActiveRuns": 4}}})
+    assert (await start(pool, roomier)).user_id == "dave"  # type: ignore[union-attr]
+
+
 async def test_a_conversation_runs_its_runs_one_at_a_time_in_order(
     pool: Pool, settings: Settings
 ) -> None:
