@@ -42,11 +42,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 
-from bench.client import Endpoint, request, sse
+from bench.client import Endpoint, StreamTimes, request, sse
 from bench.common import (
     ROOT,
     Figures,
@@ -179,6 +180,14 @@ def start_floor_server(database_url: str, queued: bool = False, limit_s: float =
 DELTA = '"type": "delta", "text": "[^"]'
 
 
+async def floor_run(ep: Endpoint, rung: str = "L3", on_frames: Any = None) -> StreamTimes:
+    """POST one run to a floor server (`rung`'s) and read its events to the end."""
+    times = await sse(ep, "/runs", method="POST", payload={"input": "go"}, on_frames=on_frames)
+    if times.terminal != "run.completed":
+        raise RuntimeError(f"an {rung} run ended {times.terminal or 'without an end'}")
+    return times
+
+
 class _FirstToken:
     """An `on_frames` callback that notes when the first frame matching `marker` arrived."""
 
@@ -245,9 +254,7 @@ class Rungs:
     async def _floor_run(self, rung: str, ep: Endpoint, counts: set[int]) -> float:
         started = time.perf_counter()
         watch = _FirstToken(DELTA.encode())
-        times = await sse(ep, "/runs", method="POST", payload={"input": "go"}, on_frames=watch)
-        if times.terminal != "run.completed":
-            raise RuntimeError(f"an {rung} run ended {times.terminal or 'without an end'}")
+        times = await floor_run(ep, rung, watch)
         counts.add(times.events)
         self._first(rung, times.first_event - started)
         self._token(rung, watch.at - started)

@@ -29,10 +29,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import psycopg
 
-from bench.client import Endpoint, sse
+from bench.client import Endpoint
 from bench.common import (
     Figures,
     Proc,
@@ -47,8 +48,8 @@ from bench.common import (
     start_workers,
     write_scripts,
 )
-from bench.floor import start_floor_server, start_floor_workers
-from bench.overhead import agentrt_run, conversations
+from bench.floor import batch, floor_run, start_floor_server, start_floor_workers
+from bench.overhead import Sample, agentrt_run, conversations
 
 FLOOR_DATABASE = "bench_workers_floor"
 
@@ -133,7 +134,7 @@ def main(database_url: str, quick: bool) -> Figures:
     assert api.url is not None
     with processes([api, floor_server]):
         rates: dict[int, list[float]] = {count: [] for count in counts}
-        floor: dict[int, list[FloorTurn]] = {count: [] for count in counts}
+        floor: dict[int, list[Sample]] = {count: [] for count in counts}
         spent: dict[int, list[float]] = {count: [0.0] * 5 for count in counts}
         xacts: dict[int, float] = {}
         # In turns, each turn with every worker count and the order rotated at each, so that
@@ -215,7 +216,7 @@ def _add_floor(
     figures: Figures,
     counts: tuple[int, ...],
     rates: dict[int, list[float]],
-    floor: dict[int, list[FloorTurn]],
+    floor: dict[int, list[Sample]],
     spent: dict[int, list[float]],
     total_runs: int,
 ) -> None:
@@ -245,9 +246,9 @@ def _add_floor(
         figures.add(
             f"| {count} | {statistics.median(f.rate for f in turns):.1f} | "
             f"{statistics.median(rates[count]):.1f} | {statistics.median(paired):.2f}x | "
-            f"{statistics.median(f.python for f in turns) * 1000:.1f} ms | "
+            f"{statistics.median(f.cpu for f in turns) * 1000:.1f} ms | "
             f"{(api_s + workers_s) / total_runs * 1000:.1f} ms | "
-            f"{statistics.median(f.postgres for f in turns) * 1000:.1f} ms | "
+            f"{statistics.median(f.pg_cpu for f in turns) * 1000:.1f} ms | "
             f"{pg_s / total_runs * 1000:.1f} ms |"
         )
     figures.add("")
@@ -277,44 +278,25 @@ def _add_floor(
     )
 
 
-@dataclass(frozen=True)
-class FloorTurn:
-    """One turn of the floor at one worker count: runs/s, CPU seconds per run."""
+def _measure_floor(server: Proc, floor_url: str, count: int, runs: int) -> Sample:
+    """Measure `runs` floor runs, 32 in flight, on `count` fresh floor worker processes.
 
-    rate: float
-    python: float  # the floor server and its workers
-    postgres: float
-
-
-async def floor_throughput(url: str, runs: int, concurrency: int) -> float:
-    """Post `runs` runs to the floor's server, `concurrency` at a time, each read to its end."""
-    ep = Endpoint.of(url)
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one() -> None:
-        async with gate:
-            times = await sse(ep, "/runs", method="POST", payload={"input": "go"})
-            if times.terminal != "run.completed":
-                raise RuntimeError(f"a floor run ended {times.terminal or 'without an end'}")
-
-    started = time.perf_counter()
-    async with asyncio.timeout(600):
-        await asyncio.gather(*(one() for _ in range(runs)))
-    return runs / (time.perf_counter() - started)
-
-
-def _measure_floor(server: Proc, floor_url: str, count: int, runs: int) -> FloorTurn:
-    """Measure `runs` floor runs, 32 in flight, on `count` fresh floor worker processes."""
+    Its `cpu` is the floor server's and workers', per run.
+    """
     assert server.url is not None
+    ep = Endpoint.of(server.url)
     workers = start_floor_workers(floor_url, count, concurrency=WORKER_CONCURRENCY)
+
+    async def one() -> float:
+        times = await floor_run(ep)
+        return times.end - times.start
+
+    def cpu() -> float:
+        return sum(p.cpu_seconds() for p in (server, *workers))
+
     with processes(workers):
-        run_async(floor_throughput(server.url, WARM_UP_RUNS, 32))
-        cpu0 = sum(p.cpu_seconds() for p in (server, *workers))
-        pg0 = postgres_cpu_seconds(floor_url)
-        rate = run_async(floor_throughput(server.url, runs, 32))
-        cpu = sum(p.cpu_seconds() for p in (server, *workers)) - cpu0
-        pg = postgres_cpu_seconds(floor_url) - pg0
-    return FloorTurn(rate, cpu / runs, pg / runs)
+        run_async(batch(one, WARM_UP_RUNS, 32, cpu, floor_url))
+        return cast(Sample, run_async(batch(one, runs, 32, cpu, floor_url)))
 
 
 def _measure(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from bench.common import Figures
-from bench.workers import FloorTurn, _add_floor
+from bench.overhead import Sample
+from bench.workers import _add_floor
 
 COUNTS = (1, 2, 4)
 
 
 def verdict(ours: dict[int, list[float]], theirs: dict[int, list[float]]) -> str:
     figures = Figures("workers", "test")
-    floor = {c: [FloorTurn(rate, 0.015, 0.005) for rate in rates] for c, rates in theirs.items()}
+    floor = {c: [Sample([], rate, 0.015, 0.005) for rate in rates] for c, rates in theirs.items()}
     # API, workers, Postgres, client and wall seconds over all turns: 200 runs a turn.
     spent = {c: [0.6, 2.4, 1.2, 0.1, 10.0] for c in COUNTS}
     _add_floor(figures, COUNTS, ours, floor, spent, 200 * 2)
@@ -38,7 +39,7 @@ def test_runs_per_second_that_never_fall_meet_the_target():
 
 def test_the_table_sets_each_count_of_agentrt_against_the_floor_in_the_same_turn():
     figures = Figures("workers", "test")
-    floor = {c: [FloorTurn(50.0, 0.015, 0.005), FloorTurn(100.0, 0.017, 0.007)] for c in COUNTS}
+    floor = {c: [Sample([], 50.0, 0.015, 0.005), Sample([], 100.0, 0.017, 0.007)] for c in COUNTS}
     rates = {c: [60.0, 90.0] for c in COUNTS}
     _add_floor(figures, COUNTS, rates, floor, {c: [0.6, 2.4, 1.2, 0.1, 10] for c in COUNTS}, 400)
     row = next(line for line in figures.lines if line.startswith("| 4 |"))
