@@ -153,9 +153,11 @@ def _await_api(proc: Proc, limit_s: float = 60) -> Proc:
     raise TimeoutError(f"the API server did not become ready:\n{proc.tail()}")
 
 
-def _spawn_worker(env: dict[str, str], concurrency: int) -> Proc:
+def _spawn_worker(env: dict[str, str], concurrency: int, count_calls: bool = False) -> Proc:
+    # bench/callcount.py runs the worker with its function calls counted.
+    launcher = ["-m", "bench.callcount", "server.cli"] if count_calls else ["-m", "server.cli"]
     popen = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "worker", "--concurrency", str(concurrency)],
+        [sys.executable, *launcher, "worker", "--concurrency", str(concurrency)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -193,10 +195,18 @@ def start_worker(env: dict[str, str], concurrency: int = 16, limit_s: float = 60
 
 
 def start_workers(
-    env: dict[str, str], count: int, concurrency: int = 16, limit_s: float = 60
+    env: dict[str, str],
+    count: int,
+    concurrency: int = 16,
+    limit_s: float = 60,
+    count_calls: bool = False,
 ) -> list[Proc]:
-    """Start `count` worker processes side by side; wait until all are ready."""
-    spawned = [_spawn_worker(env, concurrency) for _ in range(count)]
+    """Start `count` worker processes side by side; wait until all are ready.
+
+    With `count_calls`, each counts its function calls (bench/callcount.py; it needs
+    `BENCH_CALLS_DIR` in `env`).
+    """
+    spawned = [_spawn_worker(env, concurrency, count_calls) for _ in range(count)]
     try:
         return [_await_worker(w, limit_s) for w in spawned]
     except BaseException:

@@ -17,6 +17,10 @@ tool ledger at their least, in a database of its own) runs the same runs at each
 same turns, back to back with agentrt, which of the two goes first swapped at each turn: the
 scaling target's verdict says whether the floor's runs/s falls too as processes are added,
 and what agentrt's most processes do against the floor's best count.
+
+Last, workers that count their function calls (bench/callcount.py) run a batch a count in
+turns: calls per run against CPU per run tell code that runs more often with more processes
+from the same code run slower by processes that share the machine's cores.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import signal
 import statistics
 import tempfile
 import time
@@ -33,6 +38,7 @@ from typing import cast
 
 import psycopg
 
+from bench.callcount import CALLS_DIR_ENV, report_path
 from bench.client import Endpoint
 from bench.common import (
     Figures,
@@ -65,6 +71,32 @@ WORKER_CONCURRENCY = 16  # slots per worker process, agentrt's default and the f
 WARM_UP_RUNS = 64  # before each worker count's measured runs, not measured
 # Idle backends report their statistics at most this long after their last transaction.
 STATS_SETTLE_S = 11.0
+WORK_TURNS = 2  # turns of counting batches, every count in each, the order rotated
+# CPU per call this much higher with more processes reads as the same work run slower.
+SLOWER_PER_CALL = 1.05
+
+
+@dataclass
+class Work:
+    """Function calls per run in the workers' main threads, and their CPU seconds per run.
+
+    Measured on workers that count their calls (bench/callcount.py), which slows them: the
+    CPU figure is for comparing counts with each other, not with the other tables.
+    """
+
+    calls: float
+    cpu: float
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.calls + other.calls, self.cpu + other.cpu)
+
+    def __truediv__(self, by: float) -> Work:
+        return Work(self.calls / by, self.cpu / by)
+
+    @property
+    def per_call_ns(self) -> float:
+        """CPU nanoseconds per function call."""
+        return self.cpu / self.calls * 1e9
 
 
 @dataclass
@@ -163,6 +195,12 @@ def main(database_url: str, quick: bool) -> Figures:
         _add_costs(figures, counts, spent, xacts, runs * repeats)
         figures.add("")
         _add_floor(figures, counts, rates, floor, spent, runs * repeats)
+        figures.add("")
+        work = {count: Work(0.0, 0.0) for count in counts}
+        for turn in range(WORK_TURNS):
+            for count in counts[turn % len(counts) :] + counts[: turn % len(counts)]:
+                work[count] = work[count] + _measure_work(api, env, count, runs, folder)
+        _add_work(figures, {count: w / WORK_TURNS for count, w in work.items()})
         figures.add("")
         times = []
         for _ in range(1 if quick else 3):
@@ -276,6 +314,82 @@ def _add_floor(
         f"({best_count}, {best:.1f} runs/s). The machine has {os.cpu_count()} cores; cores "
         "busy (above) says how near two and four processes come to keeping them all busy."
     )
+
+
+def _add_work(figures: Figures, work: dict[int, Work]) -> None:
+    """Calls per run beside CPU per run: whether more processes do more work or run slower."""
+    figures.add(
+        "Work per run against CPU per run: the function calls the workers' main threads make "
+        "per run (cProfile's count, Python and built-in; bench/callcount.py), on fresh workers "
+        f"that count them, after the turns above: {WORK_TURNS} turns of a batch a count, the "
+        "order rotated, the batches of a count added up. Counting slows every call, so "
+        "their CPU per run here is above the table's; what matters is how each count's "
+        "figures compare with the others'."
+    )
+    figures.add("")
+    figures.add("| worker processes | calls/run | workers' CPU/run (counting) | CPU per call |")
+    figures.add("|---|---|---|---|")
+    for count, w in work.items():
+        figures.add(
+            f"| {count} | {w.calls:,.0f} | {w.cpu * 1000:.1f} ms | {w.per_call_ns:.0f} ns |"
+        )
+    figures.add("")
+    steps = []
+    for fewer, more in itertools.pairwise(work):
+        a, b = work[fewer], work[more]
+        slower = b.per_call_ns / a.per_call_ns
+        reading = (
+            "the same work costs more per call"
+            if slower >= SLOWER_PER_CALL
+            else "CPU follows the work"
+        )
+        steps.append(
+            f"from {fewer} to {more} processes the calls per run are {b.calls / a.calls:.2f}x, "
+            f"the CPU per run {b.cpu / a.cpu:.2f}x and the CPU per call {slower:.2f}x "
+            f"({reading})"
+        )
+    said = "; ".join(steps)
+    said = f"{said[0].upper()}{said[1:]}."
+    if any("costs more" in step for step in steps):
+        said += (
+            " A call that costs more with more processes is the machine's, not the code's: "
+            "processes that wait for a core, and find their caches taken by the others when "
+            "they get one."
+        )
+    figures.add(said)
+
+
+def _read_calls(folder: Path, workers: list[Proc]) -> int:
+    """Signal every counting worker and add up the calls each reports."""
+    paths = [report_path(folder, p.popen.pid) for p in workers]
+    for path in paths:
+        path.unlink(missing_ok=True)
+    for p in workers:
+        p.kill(signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    while not all(path.exists() for path in paths):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a counting worker did not report its calls within 30 s")
+        time.sleep(0.05)
+    return sum(int(path.read_text()) for path in paths)
+
+
+def _measure_work(api: Proc, env: dict[str, str], count: int, runs: int, folder: Path) -> Work:
+    """Calls and CPU per run of `runs` runs, 32 in flight, on `count` counting workers."""
+    assert api.url is not None
+    calls_dir = folder / "calls"
+    calls_dir.mkdir(exist_ok=True)
+    workers = start_workers(
+        {**env, CALLS_DIR_ENV: str(calls_dir)}, count, WORKER_CONCURRENCY, count_calls=True
+    )
+    with processes(workers):
+        run_async(throughput(api.url, WARM_UP_RUNS, 32))
+        calls0 = _read_calls(calls_dir, workers)
+        cpu0 = sum(p.cpu_seconds() for p in workers)
+        run_async(throughput(api.url, runs, 32))
+        cpu = sum(p.cpu_seconds() for p in workers) - cpu0
+        calls = _read_calls(calls_dir, workers) - calls0
+    return Work(calls=calls / runs, cpu=cpu / runs)
 
 
 def _measure_floor(server: Proc, floor_url: str, count: int, runs: int) -> Sample:

@@ -1,10 +1,18 @@
-"""The workers benchmark's verdict on scaling follows its figures, the floor's beside agentrt's."""
+"""The workers benchmark's verdicts follow its figures: floor beside agentrt, calls beside CPU."""
 
 from __future__ import annotations
 
-from bench.common import Figures
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.callcount import CALLS_DIR_ENV, report_path
+from bench.common import ROOT, Figures
 from bench.overhead import Sample
-from bench.workers import _add_floor
+from bench.workers import Work, _add_floor, _add_work
 
 COUNTS = (1, 2, 4)
 
@@ -46,3 +54,49 @@ def test_the_table_sets_each_count_of_agentrt_against_the_floor_in_the_same_turn
     # Paired by turn: 60/50 and 90/100, median 1.05x (unpaired medians would give 1.00x).
     assert row.split(" | ")[1:4] == ["75.0", "75.0", "1.05x"]
     assert row.endswith("| 16.0 ms | 7.5 ms | 6.0 ms | 3.0 ms |")
+
+
+def work_said(one: Work, two: Work) -> str:
+    figures = Figures("workers", "test")
+    _add_work(figures, {2: one, 4: two})
+    return figures.lines[-1]
+
+
+def test_calls_that_grow_less_than_cpu_read_as_the_same_work_costing_more_per_call():
+    said = work_said(Work(calls=25_000, cpu=0.025), Work(calls=25_500, cpu=0.030))
+    assert said.startswith("From 2 to 4 processes the calls per run are 1.02x")
+    assert "the CPU per run 1.20x and the CPU per call 1.18x (the same work costs more" in said
+    assert "is the machine's, not the code's" in said
+
+
+def test_cpu_that_grows_with_the_calls_reads_as_more_work():
+    said = work_said(Work(calls=25_000, cpu=0.025), Work(calls=30_000, cpu=0.030))
+    assert "the CPU per call 1.00x (CPU follows the work)" in said
+    assert "the machine's" not in said
+
+
+def test_a_counting_process_reports_the_calls_it_has_made_on_sigusr1(tmp_path: Path):
+    (tmp_path / "spin.py").write_text(
+        "import pathlib, sys, time\n"
+        "def step():\n    pass\n"
+        "for _ in range(5000):\n    step()\n"
+        "pathlib.Path(sys.argv[1]).write_text('ready')\n"
+        "time.sleep(120)\n"
+    )
+    ready = tmp_path / "ready"
+    env = {**os.environ, CALLS_DIR_ENV: str(tmp_path), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.callcount", "spin", str(ready)], env=env)
+    try:
+        report = report_path(tmp_path, proc.pid)
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        while not report.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 5000 <= int(report.read_text()) < 50_000
+    finally:
+        proc.kill()
+        proc.wait()
