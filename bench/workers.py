@@ -331,7 +331,7 @@ def _add_work(figures: Figures, work: dict[int, Work]) -> None:
     figures.add("|---|---|---|---|")
     for count, w in work.items():
         figures.add(
-            f"| {count} | {w.calls:,.0f} | {w.cpu * 1000:.1f} ms | {w.per_call_ns:.0f} ns |"
+            f"| {count} | {w.calls:,.0f} | {w.cpu * 1000:.1f} ms | {w.per_call_ns:,.0f} ns |"
         )
     figures.add("")
     steps = []
