@@ -19,7 +19,7 @@ from graphs.events import EventType
 from server.db.pool import Conn, pipelined_transaction
 from server.events import manifests
 from server.events.carry import NOTIFY_LIMIT_SQL
-from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL
+from server.events.channels import EVENTS_CHANNEL, RUNS_CHANNEL, TICKET
 
 # Larger batches (a token burst) go through COPY, faster per row than a statement's arrays.
 STATEMENT_MAX = 64
@@ -136,7 +136,7 @@ WITH moved AS ({moved}), renewed AS (
         ELSE %(payload)s END)
     FROM moved, carried
     UNION ALL
-    SELECT pg_notify(%(runs_channel)s, 'queued') FROM moved WHERE %(queued)s
+    SELECT pg_notify(%(runs_channel)s, '{TICKET}' || moved.id) FROM moved WHERE %(queued)s
 )
 {result}
 """
@@ -292,5 +292,5 @@ async def _append_by_copy(
             await hook.store(cur, params["id"], found)
         await cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, params["payload"]))
         if params["queued"]:
-            await cur.execute("SELECT pg_notify(%s, 'queued')", (RUNS_CHANNEL,))
+            await cur.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, TICKET + params["id"]))
     return True

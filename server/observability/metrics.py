@@ -105,6 +105,12 @@ class Metrics:
         self.events_written = Counter(
             "agentrt_events_written_total", "Events appended to run logs", registry=r
         )
+        self.claims = Counter(
+            "agentrt_worker_claims_total",
+            "Claims this process's worker made, by whether they found a run (found, empty)",
+            ["outcome"],
+            registry=r,
+        )
         self.approval_wait = Histogram(
             "agentrt_approval_wait_seconds",
             "Time runs waited for a human decision",

@@ -37,7 +37,7 @@ from server.errors import (
     RunNotFoundError,
     TooManyRunsError,
 )
-from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
+from server.events.channels import CANCEL_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL, TICKET
 from server.events.log import (
     SNAPSHOT_COLUMNS,
     TAIL_JSON,
@@ -741,7 +741,7 @@ _POSTED_ONLY = f"""r.id = %(run)s
       AND NOT EXISTS (SELECT 1 FROM runs q WHERE {in_phase("queued", "q")} AND q.id <> %(run)s)
       AND pg_try_advisory_xact_lock({CLAIM_LOCK})"""
 # A run a post's claim did not take is queued: the notification the post held back is sent.
-_POSTED_REQUEUED = f"""(SELECT count(pg_notify('{RUNS_CHANNEL}', 'queued'))
+_POSTED_REQUEUED = f"""(SELECT count(pg_notify('{RUNS_CHANNEL}', '{TICKET}' || %(run)s::text))
         WHERE NOT EXISTS (SELECT FROM claimed))"""
 
 

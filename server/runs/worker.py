@@ -3,7 +3,8 @@
 Claiming bumps the run's lease generation (the fencing token every later write is checked
 against) in the statement that stores `run.started`. Claims are serialised by a
 transaction-level advisory lock, so per-user and per-tenant limits hold exactly across any
-number of worker processes.
+number of worker processes. A queued run's notification is a ticket that names one worker, so
+that idle workers do not all claim it (server/runs/tickets.py).
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from graphs.events import EventType
-from server.db.pool import Pool, pipelined_transaction
+from server.db.pool import Conn, Pool, pipelined_transaction
 from server.domain import FailureReason
 from server.errors import RunFinishedError
-from server.events.channels import CANCEL_CHANNEL, EVENTS_CHANNEL, PAUSE_CHANNEL, RUNS_CHANNEL
+from server.events.channels import (
+    CANCEL_CHANNEL,
+    EVENTS_CHANNEL,
+    PAUSE_CHANNEL,
+    RUNS_CHANNEL,
+    TICKET,
+)
 from server.events.log import NewEvent, append_events
 from server.events.notify import Notifier
 from server.ids import new_id
@@ -41,10 +48,13 @@ from server.runs.records import (
     posted_claim_statement,
     renew_leases,
 )
+from server.runs.tickets import TICKET_GRACE_S, any_queued, live_workers, named_worker
 from server.settings import Settings
 from server.subagents.wake import wake_parents
 
 log = logging.getLogger(__name__)
+# Runs of other workers' tickets an idle worker leaves to them before it claims at once.
+LEFT_AT_MOST = 64
 
 
 def claim_params(settings: Settings, owner: str) -> dict[str, Any]:
@@ -82,6 +92,13 @@ class Worker:
         # by a claim that saw no other queued run. A run ending claims again only when it is set.
         self._backlog = True
         self._queued_seen = 0  # queued notifications so far, to spot one during a claim
+        # The live workers that tickets name, ranked; read at start and at every heartbeat.
+        self._live: list[str] = [self.owner]
+        # Runs another worker's ticket named while this one was idle, to look at again after
+        # `TICKET_GRACE_S` (armed in `_grace`) in case that worker is full, draining or gone.
+        self._left: set[str] = set()
+        self._grace: asyncio.TimerHandle | None = None
+        self._looking: set[asyncio.Task[None]] = set()
         # Set to end a drain early: `stop` then hands every run back without waiting.
         self.hurry = asyncio.Event()
 
@@ -100,6 +117,7 @@ class Worker:
                 "INSERT INTO workers (id, host, pid, concurrency) VALUES (%s, %s, %s, %s)",
                 (self.owner, socket.gethostname(), os.getpid(), self._settings.worker_concurrency),
             )
+            await self._read_live(conn)
         self._claiming = True
         self._wake.set()
         self._loops = [
@@ -136,9 +154,11 @@ class Worker:
         for run_id in list(self._tasks):
             self._stop_run(run_id, "shutdown")  # a cancel already under way stays a cancel
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        for loop in self._loops:
+        if self._grace is not None:
+            self._grace.cancel()
+        for loop in (*self._loops, *self._looking):
             loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*self._loops, *self._looking, return_exceptions=True)
         with contextlib.suppress(Exception):
             async with self._pool.connection() as conn:
                 await conn.execute("DELETE FROM workers WHERE id = %s", (self.owner,))
@@ -160,10 +180,47 @@ class Worker:
             # it never enters its coroutine, and its run would stay running, its lease renewed.
             asyncio.get_running_loop().call_soon(task.cancel)
 
-    def _on_queued(self, _payload: str) -> None:
+    def _on_queued(self, payload: str) -> None:
+        """Note that a run is queued; claim now unless it is another worker's (tickets.py)."""
         self._queued_seen += 1
         self._backlog = True
-        self._wake.set()
+        if not payload.startswith(TICKET):  # "queued", "reconnected": everyone looks
+            self._wake.set()
+            return
+        run_id = payload[len(TICKET) :]
+        if self._tasks or named_worker(run_id, self._live) == self.owner:
+            self._wake.set()
+            return
+        # Idle, and another worker's: look again after a grace, if it is still queued. So many
+        # left at once is a burst that the named workers may not keep up with: claim now.
+        self._left.add(run_id)
+        if len(self._left) >= LEFT_AT_MOST:
+            self._wake.set()
+        elif self._grace is None:
+            self._grace = asyncio.get_running_loop().call_later(TICKET_GRACE_S, self._after_grace)
+
+    def _after_grace(self) -> None:
+        self._grace = None
+        left, self._left = self._left, set()
+        task = asyncio.create_task(self._look_again(left), name="worker-look-again")
+        self._looking.add(task)
+        task.add_done_callback(self._looking.discard)
+
+    async def _look_again(self, left: set[str]) -> None:
+        """Claim if a run left to its named worker is still queued."""
+        try:
+            async with self._pool.connection() as conn:
+                waiting = await any_queued(conn, left)
+        except Exception:
+            log.exception("looking at runs left to other workers failed; claiming")
+            waiting = True
+        if waiting:
+            self._wake.set()
+
+    async def _read_live(self, conn: Conn) -> None:
+        # With itself in, whatever its heartbeat's age: it is alive, it is reading.
+        live = await live_workers(conn, self._settings.lease_seconds)
+        self._live = sorted({*live, self.owner})
 
     def _on_cancel(self, run_id: str) -> None:
         self.cancel_run(run_id)
@@ -236,6 +293,7 @@ class Worker:
             claim, backlog = await claim_reporting_backlog(conn, self._claim_sql)
             # A run queued while the claim ran may be missing from its snapshot.
             self._backlog = backlog or self._queued_seen != seen
+            self.deps.metrics.claims.labels("empty" if claim is None else "found").inc()
             if claim is None:
                 return False
             run, generation = claim.run, claim.run.lease_generation
@@ -302,13 +360,17 @@ class Worker:
                 log.exception("lease heartbeat failed")
 
     async def heartbeat(self) -> None:
-        """Renew our leases; stop runs whose lease we lost or whose cancel we missed."""
+        """Renew our leases; stop runs whose lease we lost or whose cancel we missed.
+
+        Also reads the live workers, whom queued runs' tickets name (server/runs/tickets.py).
+        """
         ids = list(self._tasks)
         async with self._pool.connection() as conn:
             await conn.execute(
                 "UPDATE workers SET last_heartbeat_at = now(), active_runs = %s WHERE id = %s",
                 (len(ids), self.owner),
             )
+            await self._read_live(conn)
             if not ids:
                 return
             kept = await renew_leases(conn, self.owner, ids, self._settings.lease_seconds)
