@@ -370,11 +370,14 @@ class Worker:
                 "UPDATE workers SET last_heartbeat_at = now(), active_runs = %s WHERE id = %s",
                 (len(ids), self.owner),
             )
+            kept = (
+                await renew_leases(conn, self.owner, ids, self._settings.lease_seconds)
+                if ids
+                else []
+            )
+            # After the leases, which matter more if this read fails.
             await self._read_live(conn)
-            if not ids:
-                return
-            kept = await renew_leases(conn, self.owner, ids, self._settings.lease_seconds)
-            renewed = {row["id"]: row for row in kept}
+        renewed = {row["id"]: row for row in kept}
         for run_id in ids:
             if run_id not in renewed:
                 self._stop_run(run_id, "lease_lost")
