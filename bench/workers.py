@@ -18,7 +18,9 @@ same turns, back to back with agentrt, which of the two goes first swapped at ea
 scaling target's verdict says whether the floor's runs/s falls too as processes are added,
 and what agentrt's most processes do against the floor's best count.
 
-Last, workers that count their function calls (bench/callcount.py) run a batch a count in
+Then each count runs half as many runs one at a time, where all workers but one are idle at
+each run: Postgres CPU and transactions per run say what idle workers pay for runs they do
+not run. Last, workers that count their function calls (bench/callcount.py) run a batch a count in
 turns: calls per run against CPU per run tell code that runs more often with more processes
 from the same code run slower by processes that share the machine's cores.
 """
@@ -196,6 +198,15 @@ def main(database_url: str, quick: bool) -> Figures:
         figures.add("")
         _add_floor(figures, counts, rates, floor, spent, runs * repeats)
         figures.add("")
+        _add_one_at_a_time(
+            figures,
+            {
+                count: _measure(api, env, database_url, count, runs // 2, True, in_flight=1)
+                for count in counts
+            },
+            runs // 2,
+        )
+        figures.add("")
         work = {count: Work(0.0, 0.0) for count in counts}
         for turn in range(WORK_TURNS):
             for count in counts[turn % len(counts) :] + counts[: turn % len(counts)]:
@@ -316,6 +327,40 @@ def _add_floor(
     )
 
 
+def _add_one_at_a_time(
+    figures: Figures,
+    measured: dict[int, tuple[float, list[float], float | None]],
+    runs: int,
+) -> None:
+    """What each count costs a run when the runs come one at a time and most workers idle."""
+    figures.add(
+        f"One run at a time ({runs} runs, each posted when the one before ended, on fresh "
+        "workers after the same warm-up): every worker process but one is idle at each run, "
+        "so what idle workers do for runs they do not run shows here."
+    )
+    figures.add("")
+    figures.add(
+        "| worker processes | runs/s | API + workers CPU/run | Postgres CPU/run "
+        "| transactions/run |"
+    )
+    figures.add("|---|---|---|---|---|")
+    for count, (rate, spent, xacts) in measured.items():
+        api_s, workers_s, pg_s = spent[0], spent[1], spent[2]
+        figures.add(
+            f"| {count} | {rate:.1f} | {(api_s + workers_s) / runs * 1000:.1f} ms | "
+            f"{pg_s / runs * 1000:.1f} ms | {xacts or 0:.1f} |"
+        )
+    figures.add("")
+    first, last = min(measured), max(measured)
+    pg_first, pg_last = measured[first][1][2], measured[last][1][2]
+    figures.add(
+        f"Postgres CPU per run with {last} processes against {first}, one run at a time: "
+        f"{pg_last / pg_first:.2f}x. A queued run's notification names one worker, and idle "
+        "workers leave other workers' runs to them (docs/decisions/2055); before that, every "
+        "idle worker claimed every run."
+    )
+
+
 def _add_work(figures: Figures, work: dict[int, Work]) -> None:
     """Calls per run beside CPU per run: whether more processes do more work or run slower."""
     figures.add(
@@ -414,18 +459,24 @@ def _measure_floor(server: Proc, floor_url: str, count: int, runs: int) -> Sampl
 
 
 def _measure(
-    api: Proc, env: dict[str, str], database_url: str, count: int, runs: int, count_xacts: bool
+    api: Proc,
+    env: dict[str, str],
+    database_url: str,
+    count: int,
+    runs: int,
+    count_xacts: bool,
+    in_flight: int = 32,
 ) -> tuple[float, list[float], float | None]:
-    """Measure `runs` runs, 32 in flight, on `count` fresh worker processes.
+    """Measure `runs` runs, `in_flight` at a time, on `count` fresh worker processes.
 
     Returns runs/s; CPU seconds of the API, the workers, Postgres and this client, and the
     wall seconds; and Postgres transactions per run if `count_xacts`.
     """
     assert api.url is not None
     workers = start_workers(env, count, WORKER_CONCURRENCY)
-    # Warm up at the measured concurrency: the workers' pools open the connections that 32
-    # runs in flight need, and each new Postgres backend fills its caches. Long-lived workers
-    # pay that once, so it is kept out of the figures.
+    # Warm up at 32 in flight: the workers' pools open the connections that 32 runs in flight
+    # need, and each new Postgres backend fills its caches. Long-lived workers pay that once,
+    # so it is kept out of the figures.
     with processes(workers):
         run_async(throughput(api.url, WARM_UP_RUNS, 32))
         if count_xacts:
@@ -433,7 +484,7 @@ def _measure(
         xact0 = transactions(database_url)
         cpu0 = [p.cpu_seconds() for p in (api, *workers)]
         pg0, own0, wall0 = postgres_cpu_seconds(database_url), os.times(), time.time()
-        rate = run_async(throughput(api.url, runs, 32))
+        rate = run_async(throughput(api.url, runs, in_flight))
         cpu = [p.cpu_seconds() - c for p, c in zip((api, *workers), cpu0, strict=True)]
         pg, own, wall = postgres_cpu_seconds(database_url) - pg0, os.times(), time.time()
     client = (own.user + own.system) - (own0.user + own0.system)

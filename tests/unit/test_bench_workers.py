@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.callcount import CALLS_DIR_ENV, report_path
 from bench.common import ROOT, Figures
 from bench.overhead import Sample
-from bench.workers import Work, _add_floor, _add_work
+from bench.workers import Work, _add_floor, _add_one_at_a_time, _add_work
 
 COUNTS = (1, 2, 4)
 
@@ -100,3 +100,18 @@ def test_a_counting_process_reports_the_calls_it_has_made_on_sigusr1(tmp_path: P
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_one_run_at_a_time_sets_the_most_processes_postgres_cpu_against_the_fewest():
+    figures = Figures("workers", "test")
+    # runs/s; API, workers, Postgres, client and wall seconds; transactions per run (100 runs).
+    measured = {
+        1: (50.0, [0.3, 1.2, 0.60, 0.1, 2.0], 14.0),
+        2: (48.0, [0.3, 1.3, 0.63, 0.1, 2.1], 15.0),
+        4: (45.0, [0.3, 1.4, 0.69, 0.1, 2.2], 17.0),
+    }
+    _add_one_at_a_time(figures, measured, 100)
+    assert "| 4 | 45.0 | 17.0 ms | 6.9 ms | 17.0 |" in figures.lines
+    assert figures.lines[-1].startswith(
+        "Postgres CPU per run with 4 processes against 1, one run at a time: 1.15x."
+    )
