@@ -353,11 +353,17 @@ def _add_one_at_a_time(
     figures.add("")
     first, last = min(measured), max(measured)
     pg_first, pg_last = measured[first][1][2], measured[last][1][2]
+    added = (
+        ((measured[last][2] or 0) - (measured[first][2] or 0)) / (last - first)
+        if last > first
+        else 0.0
+    )
     figures.add(
         f"Postgres CPU per run with {last} processes against {first}, one run at a time: "
-        f"{pg_last / pg_first:.2f}x. A queued run's notification names one worker, and idle "
-        "workers leave other workers' runs to them (docs/decisions/2055); before that, every "
-        "idle worker claimed every run."
+        f"{pg_last / pg_first:.2f}x; {added:.1f} transactions more per run for each process "
+        "added. A queued run's notification names one worker, and idle workers leave other "
+        "workers' runs to them (docs/decisions/2055); each process's listening backend still "
+        "spends a transaction on every notification in the database (docs/decisions/1910)."
     )
 
 

@@ -113,5 +113,6 @@ def test_one_run_at_a_time_sets_the_most_processes_postgres_cpu_against_the_fewe
     _add_one_at_a_time(figures, measured, 100)
     assert "| 4 | 45.0 | 17.0 ms | 6.9 ms | 17.0 |" in figures.lines
     assert figures.lines[-1].startswith(
-        "Postgres CPU per run with 4 processes against 1, one run at a time: 1.15x."
+        "Postgres CPU per run with 4 processes against 1, one run at a time: 1.15x; 1.0 "
+        "transactions more per run for each process added."
     )
