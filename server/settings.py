@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = 16
     lease_seconds: float = 10.0
     worker_poll_seconds: float = 2.0
+    # How long an idle worker leaves a run to the worker its ticket names before it looks
+    # whether the run is still queued (server/runs/tickets.py, docs/decisions/2055).
+    worker_ticket_grace_s: float = Field(default=0.25, gt=0)
     # A run's event writer: a step's reports and a tool call's start wait up to
     # `event_linger_s` for a checkpoint write to carry them (docs/decisions/2032); stream
     # pieces are stored at most every `event_pace_s`.

@@ -12,12 +12,13 @@ worker does with a ticket (`Worker._on_queued`):
 - The named worker answers it, as any worker answers a plain `queued`.
 - A worker running runs of its own answers every ticket: at load the least busy worker's
   event loop gets to its claim first, and the runs go to the workers with time for them.
-- An idle worker leaves another worker's ticket to it. After `TICKET_GRACE_S` it looks
-  whether any run it left is still queued (one read by primary key for all of them), and
-  claims if one is: the named worker may be full, draining or gone (killed since the others
-  last read the `workers` rows), or no worker may be named in anyone's view (one that joined
-  since). So a ticket delays no run by more than the grace, and a burst of tickets costs an
-  idle worker one look per grace, not a claim per run (docs/decisions/2055).
+- An idle worker leaves another worker's ticket to it. After a grace
+  (`AGENTRT_WORKER_TICKET_GRACE_S`, 0.25 s) it looks whether any run it left is still queued
+  (one read by primary key for all of them), and claims if one is: the named worker may be
+  full, draining or gone (killed since the others last read the `workers` rows), or no
+  worker may be named in anyone's view (one that joined since). So a ticket delays no run by
+  more than the grace, and a burst of tickets costs an idle worker one look per grace, not a
+  claim per run (docs/decisions/2055).
 """
 
 from __future__ import annotations
@@ -27,21 +28,12 @@ from collections.abc import Sequence
 
 from server.db.pool import Conn
 from server.domain import in_phase
-from server.events.channels import TICKET
-
-# How long an idle worker leaves a run to the worker its ticket names before it looks again.
-TICKET_GRACE_S = 0.25
 
 # The workers a ticket may name: registered, not draining, heard from within a lease.
 LIVE_WORKERS_SQL = (
     "SELECT id FROM workers WHERE NOT draining"
     " AND last_heartbeat_at > now() - make_interval(secs => %s) ORDER BY id"
 )
-
-
-def ticket(run_id: str) -> str:
-    """The runs channel's payload for `run_id`, queued."""
-    return f"{TICKET}{run_id}"
 
 
 def named_worker(run_id: str, live: Sequence[str]) -> str | None:

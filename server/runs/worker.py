@@ -48,7 +48,7 @@ from server.runs.records import (
     posted_claim_statement,
     renew_leases,
 )
-from server.runs.tickets import TICKET_GRACE_S, any_queued, live_workers, named_worker
+from server.runs.tickets import any_queued, live_workers, named_worker
 from server.settings import Settings
 from server.subagents.wake import wake_parents
 
@@ -95,7 +95,8 @@ class Worker:
         # The live workers that tickets name, ranked; read at start and at every heartbeat.
         self._live: list[str] = [self.owner]
         # Runs another worker's ticket named while this one was idle, to look at again after
-        # `TICKET_GRACE_S` (armed in `_grace`) in case that worker is full, draining or gone.
+        # `worker_ticket_grace_s` (armed in `_grace`) in case that worker is full, draining or
+        # gone.
         self._left: set[str] = set()
         self._grace: asyncio.TimerHandle | None = None
         self._looking: set[asyncio.Task[None]] = set()
@@ -197,7 +198,9 @@ class Worker:
         if len(self._left) >= LEFT_AT_MOST:
             self._wake.set()
         elif self._grace is None:
-            self._grace = asyncio.get_running_loop().call_later(TICKET_GRACE_S, self._after_grace)
+            self._grace = asyncio.get_running_loop().call_later(
+                self._settings.worker_ticket_grace_s, self._after_grace
+            )
 
     def _after_grace(self) -> None:
         self._grace = None

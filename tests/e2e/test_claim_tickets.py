@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,9 @@ import psycopg
 import pytest
 
 from nodes.models.scripted import ScriptedTurn
-from server.app import create_app
 from server.runs.tickets import LIVE_WORKERS_SQL, named_worker
 from server.settings import Settings
-from server.usage.registry import ModelRegistry
-from tests.support.live import read_sse, serve
+from tests.support.live import api_client, free_port, post_in_new_conversation, read_sse
 from tests.support.processes import WorkerProcess, worker_env, write_scripts
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,32 +41,21 @@ def scripts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def client(settings: Settings, scripts_file: Path) -> AsyncIterator[httpx.AsyncClient]:
-    api = settings.model_copy(
-        update={"run_workers": False, "scripted_models_file": scripts_file, **SETTINGS}
-    )
-    async with (
-        serve(create_app(api, models=ModelRegistry(api))) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as c,
-    ):
+    async with api_client(settings, scripted_models_file=scripts_file, **SETTINGS) as c:
         yield c
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Counted:
     """A worker process that serves its metrics."""
 
-    def __init__(self, database_url: str, scripts_file: Path) -> None:
-        self.port = _free_port()
+    def __init__(self, database_url: str, scripts_file: Path, grace_s: float) -> None:
+        self.port = free_port()
         self.process = WorkerProcess(
             worker_env(
                 database_url,
                 scripted_models_file=str(scripts_file),
                 metrics_port=self.port,
+                worker_ticket_grace_s=grace_s,
                 **SETTINGS,
             )
         )
@@ -95,7 +81,9 @@ class Counted:
 
 @pytest.fixture
 async def two(database_url: str, scripts_file: Path) -> AsyncIterator[list[Counted]]:
-    started = [Counted(database_url, scripts_file) for _ in range(2)]
+    # A grace longer than any run here: on a loaded machine a look after the default 0.25 s
+    # could find a run its named worker had not claimed yet, and claim it first.
+    started = [Counted(database_url, scripts_file, grace_s=30.0) for _ in range(2)]
     try:
         await asyncio.gather(*(w.process.start() for w in started))
         await _seen_by_each_other(database_url)
@@ -126,12 +114,7 @@ async def _live(database_url: str) -> list[str]:
 
 
 async def _run_to_its_end(client: httpx.AsyncClient) -> dict[str, Any]:
-    conv = (await client.post("/api/conversations", json={})).json()["conversationId"]
-    posted = await client.post(
-        f"/api/conversations/{conv}/messages", json={"content": "go", "model": "scripted:quick"}
-    )
-    assert posted.status_code == 202, posted.text
-    run_id = posted.json()["runId"]
+    run_id = (await post_in_new_conversation(client, "scripted:quick"))["runId"]
     async with asyncio.timeout(DEADLINE_S):
         while (run := (await client.get(f"/api/runs/{run_id}")).json())["status"] != "completed":
             assert run["status"] in {"queued", "running"}, run
@@ -169,7 +152,7 @@ async def test_a_run_named_to_a_worker_that_is_gone_starts_on_an_idle_one_within
             " VALUES (%s, 'gone', 0, 4, now() + interval '1 hour')",
             (gone,),
         )
-    alive = Counted(database_url, scripts_file)
+    alive = Counted(database_url, scripts_file, grace_s=0.25)
     try:
         await alive.process.start()
         await _seen_by_each_other(database_url)

@@ -18,10 +18,8 @@ import httpx
 import pytest
 
 from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
-from server.app import create_app
 from server.settings import Settings
-from server.usage.registry import ModelRegistry
-from tests.support.live import SseEvent, read_sse, rebuild_output, serve, wait_for_status
+from tests.support.live import SseEvent, api_client, read_sse, rebuild_output, wait_for_status
 from tests.support.processes import worker_env, workers, write_scripts
 
 pytestmark = pytest.mark.timeout(420)
@@ -101,13 +99,7 @@ def env(database_url: str, scripts_file: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 async def client(settings: Settings, scripts_file: Path) -> AsyncIterator[httpx.AsyncClient]:
-    api = settings.model_copy(
-        update={"run_workers": False, "scripted_models_file": scripts_file, **WORKER_SETTINGS}
-    )
-    async with (
-        serve(create_app(api, models=ModelRegistry(api))) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as c,
-    ):
+    async with api_client(settings, scripted_models_file=scripts_file, **WORKER_SETTINGS) as c:
         for name, tools in PROFILES.items():
             body: dict[str, Any] = {"name": name, "model": f"scripted:{name}"}
             if tools is not None:

@@ -19,9 +19,9 @@ from nodes.models.scripted import ScriptedToolCall, ScriptedTurn
 from server.app import create_app
 from server.db.pool import Pool
 from server.settings import Settings
-from server.usage.registry import ModelRegistry
 from tests.support.live import (
     SseEvent,
+    api_client,
     assert_items_carry_their_text,
     read_sse,
     rebuild_output,
@@ -95,13 +95,7 @@ def env(database_url: str, scripts_file: tuple[Path, Path]) -> dict[str, str]:
 async def client(
     settings: Settings, scripts_file: tuple[Path, Path]
 ) -> AsyncIterator[httpx.AsyncClient]:
-    api = settings.model_copy(
-        update={"run_workers": False, "scripted_models_file": scripts_file[0], **WORKER_SETTINGS}
-    )
-    async with (
-        serve(create_app(api, models=ModelRegistry(api))) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as c,
-    ):
+    async with api_client(settings, scripted_models_file=scripts_file[0], **WORKER_SETTINGS) as c:
         yield c
 
 

@@ -17,6 +17,23 @@ from fastapi import FastAPI
 from server.settings import Settings
 
 
+@asynccontextmanager
+async def api_client(settings: Settings, **update: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the API served without workers, from `settings` with `update` applied.
+
+    Runs are left to worker processes the test starts (tests/support/processes.py).
+    """
+    from server.app import create_app
+    from server.usage.registry import ModelRegistry
+
+    api = settings.model_copy(update={"run_workers": False, **update})
+    async with (
+        serve(create_app(api, models=ModelRegistry(api))) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        yield client
+
+
 def free_port() -> int:
     """Return a TCP port that was free a moment ago."""
     with socket.socket() as s:
