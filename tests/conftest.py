@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from server.db.pool import Pool, migrate, open_pool
+from server.process import setup_checkpointer
 from server.settings import Settings
 from tests.support.postgres import create_database, drop_database, server_url, stop_server
 
@@ -55,7 +56,11 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
 
 @pytest.fixture(scope="module")
 async def pool(settings: Settings, database_url: str) -> AsyncIterator[Pool]:
-    """A migrated connection pool on the module's database."""
+    """A migrated connection pool on the module's database, LangGraph's checkpoint tables too.
+
+    Every process that runs runs creates those at start; a run's claim reads them.
+    """
     async with open_pool(database_url, settings) as p:
         await migrate(p)
+        await setup_checkpointer(p)
         yield p

@@ -19,7 +19,6 @@ from nodes.models.usage import Budget
 from server.agents.store import AgentVersion
 from server.db.pool import Pool
 from server.domain import Run
-from server.runs.toolbox import load_overlay
 from server.settings import Settings
 from server.usage.pricing import load_litellm
 from server.usage.registry import ModelRegistry
@@ -194,12 +193,6 @@ def context_setup(
     )
 
 
-async def tenant_overlay(pool: Pool, tenant_id: str) -> TenantToolConfig | None:
-    """Read the tenant's stored tool configuration (None: the operator's as it is)."""
-    async with pool.connection() as conn:
-        return await load_overlay(conn, tenant_id)
-
-
 async def profile_toolbox(
     registry: ToolRegistry,
     pool: Pool,
@@ -211,7 +204,7 @@ async def profile_toolbox(
     """Build the toolbox of one attempt: the tenant's tools, narrowed to the profile's.
 
     The profile's per-tool policy lies on top of the operator's and the tenant's (`overlay`,
-    from `tenant_overlay`). `held`: on a run's first attempt, where the ledger keeps calls
+    as its run's claim read it). `held`: on a run's first attempt, where the ledger keeps calls
     that are safe to run again until their outcome's event is stored (`HeldOutcomes`).
     """
     policies = agent.spec.tool_policies

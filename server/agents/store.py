@@ -267,6 +267,10 @@ async def find_version(
             (tenant_id, name, version),
         )
         row = await cur.fetchone()
+    return _found(row, name, version)
+
+
+def _found(row: dict[str, Any] | None, name: str, version: int | None) -> AgentVersion | None:
     if row is not None:
         return _version(row)
     if name == DEFAULT_AGENT and version in (None, 0):
@@ -311,6 +315,20 @@ async def run_agent(conn: Conn, tenant_id: str, name: str, version: int) -> Agen
         AgentNotFoundError: the version is gone (its rows were removed by hand).
     """
     found = await find_version(conn, tenant_id, name, version, deleted=True)
+    if found is None:
+        raise AgentNotFoundError(name, version)
+    return found
+
+
+def recorded_agent(stored: dict[str, Any] | None, name: str, version: int) -> AgentVersion:
+    """`run_agent` of the version's row as read elsewhere (`to_jsonb`; None: no row stored).
+
+    Raises:
+        AgentNotFoundError: the version is gone (its rows were removed by hand).
+    """
+    if stored is not None and isinstance(stored.get("created_at"), str):
+        stored = {**stored, "created_at": datetime.fromisoformat(stored["created_at"])}
+    found = _found(stored, name, version)
     if found is None:
         raise AgentNotFoundError(name, version)
     return found

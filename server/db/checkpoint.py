@@ -105,6 +105,8 @@ class _Reuse:
     kept: bool = False
     done: bool = False
     found: CheckpointTuple | None = None
+    # Known to be absent before any read: the first read is served too, then kept as read.
+    absent: bool = False
 
 
 _reuse: contextvars.ContextVar[_Reuse | None] = contextvars.ContextVar(
@@ -113,7 +115,7 @@ _reuse: contextvars.ContextVar[_Reuse | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def reusing_reads(thread_id: str) -> Iterator[None]:
+def reusing_reads(thread_id: str, *, stored: bool = True) -> Iterator[None]:
     """Serve the thread's latest checkpoint, once read, a second time from memory.
 
     An attempt reads its thread's state to decide how to start, and the graph's loop reads the
@@ -121,8 +123,11 @@ def reusing_reads(thread_id: str) -> Iterator[None]:
     too many. Nothing else writes to the thread between the two (the run holds its lease), so
     the second read, and only it, is served from the first; other threads are always read. A
     checkpoint with pending writes is never kept: reading the state applies them to it.
+
+    `stored=False`: the caller knows the thread has no checkpoint (its run's claim looked, in
+    the transaction that took the lease); both reads are served "none" without a query.
     """
-    token = _reuse.set(_Reuse(thread_id))
+    token = _reuse.set(_Reuse(thread_id, kept=not stored, absent=not stored))
     try:
         yield
     finally:
@@ -698,6 +703,9 @@ class FencedPostgresSaver(HoldingPostgresSaver):
             or get_checkpoint_id(config)
         ):
             return await super().aget_tuple(config)
+        if reuse.absent:  # the first read of a thread known to have no checkpoint
+            reuse.absent = False
+            return None
         if reuse.kept:
             reuse.done, found, reuse.found = True, reuse.found, None
             return found

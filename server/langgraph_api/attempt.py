@@ -9,7 +9,6 @@ run id in each checkpoint's metadata).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,6 @@ from langgraph.types import Command, Interrupt
 
 from graphs.events import EventType
 from nodes.models.usage import RunTotals, UsageMeter
-from server.agents.runtime import tenant_overlay
 from server.errors import UnknownGraphError
 from server.events.projection import STREAM_MODES
 from server.langgraph_api.parts import StreamParts, graph_events
@@ -143,9 +141,7 @@ class GraphAttempt(Attempt):
         context: Any = params.get("context")
         modes: set[Any] = parts.astream_modes
         if entry.own:
-            agent, overlay = await asyncio.gather(
-                self._agent(), tenant_overlay(self.deps.pool, self.run.tenant_id)
-            )
+            agent, overlay = self._starts_from()
             context = await self._context(agent, overlay)
             if isinstance(graph_input, dict):
                 graph_input = {**graph_input, "run_id": self.run.id, "step": 0}

@@ -25,8 +25,8 @@ from langgraph.types import Command, Interrupt, StateSnapshot
 from graphs.context import RunContext
 from graphs.events import EventType
 from server.agents.context_store import PostgresSummaryStore
-from server.agents.runtime import context_setup, profile_toolbox, run_caller, tenant_overlay
-from server.agents.store import AgentVersion, run_agent
+from server.agents.runtime import context_setup, profile_toolbox, run_caller
+from server.agents.store import AgentVersion, recorded_agent
 from server.artifacts.storage import Storage
 from server.artifacts.writer import RunArtifacts
 from server.db.checkpoint import (
@@ -46,6 +46,7 @@ from server.observability.metrics import Metrics
 from server.observability.tracing import Tracing
 from server.runs.failures import describe_failure
 from server.runs.records import Claim
+from server.runs.toolbox import overlay_of
 from server.settings import Settings
 from server.skills.library import PostgresSkillLibrary
 from server.subagents.suspend import resume_value
@@ -229,17 +230,12 @@ class Attempt:
 
     async def _drive(self, callbacks: list[BaseCallbackHandler]) -> Sequence[Interrupt]:
         """Start or resume the graph; return the interrupts it stopped on (none: it finished)."""
-        with reusing_reads(self.run.conversation_id):  # the graph's loop starts from this read
-            # The profile, the thread's state and the tenant's tool configuration are read at
-            # once: none needs another.
-            loaded: tuple[
-                AgentVersion, StateSnapshot, TenantToolConfig | None
-            ] = await asyncio.gather(
-                self._agent(),
-                self.deps.graph.aget_state(self._thread()),
-                tenant_overlay(self.deps.pool, self.run.tenant_id),
-            )
-            agent, state, overlay = loaded
+        # The graph's loop starts from the state read here. A thread the claim found without
+        # a checkpoint is read by neither (docs/decisions/2056).
+        stored = self.claim.reads.thread_stored
+        with reusing_reads(self.run.conversation_id, stored=stored):
+            agent, overlay = self._starts_from()
+            state = await self.deps.graph.aget_state(self._thread())
             config = self._config(callbacks, agent)
             context = await self._context(agent, overlay)
             graph_input: GraphInput
@@ -272,9 +268,14 @@ class Attempt:
             return ()
         return (await self.deps.graph.aget_state(config)).interrupts
 
-    async def _agent(self) -> AgentVersion:
-        async with self.deps.pool.connection() as conn:
-            return await run_agent(conn, self.run.tenant_id, *self.run.agent)
+    def _starts_from(self) -> tuple[AgentVersion, TenantToolConfig | None]:
+        """The run's profile version and its tenant's tool configuration, as its claim read them.
+
+        Raises:
+            AgentNotFoundError: the version the run recorded is gone.
+        """
+        reads = self.claim.reads
+        return recorded_agent(reads.profile, *self.run.agent), overlay_of(reads.tool_config)
 
     def _thread(self) -> RunnableConfig:
         return {"configurable": {"thread_id": self.run.conversation_id}}

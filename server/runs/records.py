@@ -658,7 +658,16 @@ UPDATE runs SET
     updated_at = now()
 FROM next WHERE runs.id = next.id
 RETURNING runs.*, {_STARTS} AS starts,
-    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content
+    (SELECT content FROM messages WHERE id = runs.input_message_id) AS input_content,
+    -- What the attempt starts from, read here instead of in round trips of their own after
+    -- the claim (docs/decisions/2056): the run's profile version, the tenant's tool
+    -- configuration, and whether the run's thread has a checkpoint to read.
+    (SELECT to_jsonb(p) FROM agent_profiles p WHERE p.tenant_id = runs.tenant_id
+        AND p.name = runs.agent_name AND p.version = runs.agent_version) AS agent_profile,
+    (SELECT config FROM tenant_tool_configs t WHERE t.tenant_id = runs.tenant_id)
+        AS tool_config,
+    EXISTS (SELECT FROM checkpoints c
+            WHERE c.thread_id = runs.conversation_id AND c.checkpoint_ns = '') AS thread_stored
 """
 # One row either way: the claimed run (all NULL when none) with its stored snapshot, its
 # `run.started` as stored, and whether any other run is queued in the statement's snapshot
@@ -693,6 +702,22 @@ LEFT JOIN started ON true
 
 
 @dataclass(frozen=True)
+class StartReads:
+    """What a claimed run's attempt starts from, read by the claim's statement.
+
+    Attributes:
+        profile: The row of the profile version the run recorded (as `to_jsonb` gives it),
+            None when no such row is stored (the built-in default has none).
+        tool_config: The tenant's stored tool configuration, None when it has none.
+        thread_stored: Whether the run's thread has a checkpoint (else its state is empty).
+    """
+
+    profile: dict[str, Any] | None
+    tool_config: dict[str, Any] | None
+    thread_stored: bool
+
+
+@dataclass(frozen=True)
 class Claim:
     """A run just claimed, with what its attempt starts from.
 
@@ -700,11 +725,14 @@ class Claim:
         run: The run as the claim left it (new lease, generation and attempt).
         head: Its head for the next append, under the claim's row lock.
         input: The user message that started the run, read by the claim's statement.
+        reads: Its profile, its tenant's tool configuration and whether its thread is
+            stored, read by the claim's statement (docs/decisions/2056).
     """
 
     run: Run
     head: RunHead
     input: str
+    reads: StartReads
 
 
 async def claim_next(conn: Conn, params: Mapping[str, Any]) -> Claim | None:
@@ -787,7 +815,8 @@ async def claim_of(conn: Conn, row: Mapping[str, Any]) -> Claim | None:
         head = await fold_tail(conn, head_of(run.id, row), row["tail"] or ())
     else:
         head = await started_by_claim(conn, row, row["started_ts"], row["started_data"])
-    return Claim(run, head, row["input_content"])
+    reads = StartReads(row["agent_profile"], row["tool_config"], bool(row["thread_stored"]))
+    return Claim(run, head, row["input_content"], reads)
 
 
 async def renew_leases(

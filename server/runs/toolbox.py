@@ -41,7 +41,12 @@ async def load_overlay(conn: Conn, tenant_id: str) -> TenantToolConfig | None:
         "SELECT config FROM tenant_tool_configs WHERE tenant_id = %s", (tenant_id,)
     )
     row = await cur.fetchone()
-    return TenantToolConfig.model_validate(row["config"]) if row else None
+    return overlay_of(row["config"] if row else None)
+
+
+def overlay_of(stored: dict[str, Any] | None) -> TenantToolConfig | None:
+    """The tenant admin's tool config of its stored JSON (None: none stored)."""
+    return TenantToolConfig.model_validate(stored) if stored is not None else None
 
 
 def check_overlay(config: TenantToolConfig, allowed_hosts: list[str]) -> None:

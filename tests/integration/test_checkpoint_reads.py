@@ -50,3 +50,14 @@ async def test_a_checkpoint_with_pending_writes_is_never_reused(pool: Pool) -> N
         first = await saver.aget_tuple(config)
         assert first is not None and first.pending_writes
         assert await saver.aget_tuple(config) is not first
+
+
+async def test_a_thread_known_to_have_no_checkpoint_is_read_by_neither(pool: Pool) -> None:
+    saver = await setup_checkpointer(pool)
+    config = await _thread_with_a_checkpoint(saver)
+    # The caller says the thread has none (its claim looked): the state's read and the loop's
+    # are both served "none", so a checkpoint stored meanwhile is not seen by either.
+    with reusing_reads(str(config["configurable"]["thread_id"]), stored=False):
+        assert await saver.aget_tuple(config) is None
+        assert await saver.aget_tuple(config) is None
+        assert await saver.aget_tuple(config) is not None  # anything later: from the database
