@@ -51,6 +51,13 @@ def machine() -> str:
     )
 
 
+# Connections the benchmarks' server accepts. Postgres's default, 100, is too few for the
+# workers section's floor (four worker processes with two pools each, its server's pool and
+# agentrt's API's): a loaded machine, whose pools grow while connections are slow to come
+# back, once met "too many clients" there.
+MAX_CONNECTIONS = 300
+
+
 @contextlib.contextmanager
 def embedded_postgres() -> Iterator[str]:
     """Start a throw-away embedded Postgres; yield its URL."""
@@ -58,6 +65,11 @@ def embedded_postgres() -> Iterator[str]:
     import pgserver  # type: ignore[import-untyped]
 
     folder = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))
+    server = pgserver.get_server(folder / "pg", cleanup_mode="stop")
+    # The setting takes a restart: stop the new server and start it again on its data.
+    with psycopg.connect(str(server.get_uri()), autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET max_connections = {MAX_CONNECTIONS}")
+    server.cleanup()
     server = pgserver.get_server(folder / "pg", cleanup_mode="stop")
     try:
         yield str(server.get_uri())

@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+
 from bench.callcount import CALLS_DIR_ENV, report_path
-from bench.common import ROOT, Figures
+from bench.common import MAX_CONNECTIONS, ROOT, Figures, embedded_postgres
 from bench.overhead import Sample
 from bench.workers import Work, _add_floor, _add_one_at_a_time, _add_work
 
@@ -116,3 +118,14 @@ def test_one_run_at_a_time_sets_the_most_processes_postgres_cpu_against_the_fewe
         "Postgres CPU per run with 4 processes against 1, one run at a time: 1.15x; 1.0 "
         "transactions more per run for each process added."
     )
+
+
+def test_the_benchmarks_postgres_takes_more_connections_than_the_sections_open():
+    # The workers section's floor and agentrt's API open well over Postgres's default 100.
+    with embedded_postgres() as url:
+        held = [psycopg.connect(url) for _ in range(150)]
+        try:
+            assert held[-1].execute("SHOW max_connections").fetchone() == (str(MAX_CONNECTIONS),)
+        finally:
+            for conn in held:
+                conn.close()
