@@ -52,8 +52,8 @@ async def live_workers(conn: Conn, lease_seconds: float) -> list[str]:
 async def any_queued(conn: Conn, run_ids: set[str]) -> bool:
     """Whether any of `run_ids` is still queued."""
     cur = await conn.execute(
-        f"SELECT EXISTS (SELECT FROM runs WHERE id = ANY(%s) AND {in_phase('queued')})",
+        f"SELECT EXISTS (SELECT FROM runs WHERE id = ANY(%s) AND {in_phase('queued')}) AS queued",
         (list(run_ids),),
     )
     row = await cur.fetchone()
-    return bool(row and next(iter(row.values())))
+    return bool(row and row["queued"])
