@@ -203,9 +203,10 @@ async def append_creating(
     head = new_head(run_id)
     new, stored = fold_events(head, events, now)
     params = _params(head, new, stored, None, now)
-    if params["kept_calls"]:
-        # The creating statement runs no store hook, so a kept call would lose its row.
-        raise ValueError("a run's first events report no model call")
+    if params["kept_calls"] or params["manifests"]:
+        # The creating statement runs no store hook and stores no manifest: a kept call or a
+        # manifest would lose its row.
+        raise ValueError("a run's first events report no model call and no context")
     # No snapshot yet: a reader folds the run's first events from the log, and the claim
     # reads them with the run's row (`TAIL_JSON`). The run's end stores it (docs/decisions/2044).
     params["snapshot"] = None

@@ -7,6 +7,7 @@ notifies listeners, all or nothing (docs/decisions/0605, 1960).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -103,29 +104,41 @@ _BATCH = """
 
 # A small batch in one statement, atomic even outside a transaction: move the run's head if
 # nobody else has (fencing and serialising appenders: `moved`); store the snapshot if it is to
-# be (`snapshot` is NULL when not), by an update of the run's row or an insert when it has
-# none (not `ON CONFLICT`, whose speculative insert writes a second WAL record and whose
-# update locks the row first; only the appender that moved the head writes it); store the
-# events and the manifests kept beside them (server/events/manifests.py); notify listeners
-# with the batch as a read of the log returns it (server/events/carry.py: jsonb's text of
-# each event's data, whole where the log keeps a stub: server/events/calls.py, answers.py),
-# or a pointer if it would not fit.
-def _append_sql(moved: str, result: str) -> str:
-    return f"""
-WITH moved AS ({moved}), renewed AS (
+# be, by an update of the run's row or an insert when it has none (not `ON CONFLICT`, whose
+# speculative insert writes a second WAL record and whose update locks the row first; only the
+# appender that moved the head writes it); store the events and the manifests kept beside
+# them (server/events/manifests.py); notify listeners with the batch as a read of the log
+# returns it (server/events/carry.py: jsonb's text of each event's data, whole where the log
+# keeps a stub: server/events/calls.py, answers.py), or a pointer if it would not fit; and
+# the workers, when the run is queued.
+#
+# The snapshot's, the manifests' and the workers' parts are in the statement only when the
+# batch has them to write (`Parts`): Postgres sets up every part of a statement at each
+# execution, those that write no row included (docs/decisions/2057).
+def _append_sql(moved: str, result: str, parts: Parts) -> str:
+    ctes = [f"moved AS ({moved})"]
+    if parts.snapshot:
+        ctes.append("""renewed AS (
     UPDATE run_snapshots s SET seq = %(seq)s, snapshot = NULL, snapshot_text = %(snapshot)s::json
-    FROM moved WHERE s.run_id = moved.id AND %(snapshot)s::text IS NOT NULL
+    FROM moved WHERE s.run_id = moved.id
     RETURNING s.run_id
 ), kept AS (
     INSERT INTO run_snapshots (run_id, seq, snapshot_text)
     SELECT moved.id, %(seq)s, %(snapshot)s::json FROM moved
-    WHERE %(snapshot)s::text IS NOT NULL AND NOT EXISTS (SELECT FROM renewed)
-), batch AS ({_BATCH}
+    WHERE NOT EXISTS (SELECT FROM renewed)
+)""")
+    ctes.append(f"""batch AS ({_BATCH}
 ), stored AS (
     INSERT INTO run_events (run_id, seq, type, ts, attempt, data)
     SELECT moved.id, b.seq, b.type, %(ts)s, %(attempt)s, b.data FROM moved, batch b
-), manifests AS ({manifests.insert_sql("moved, batch b", "true", "moved.id", "moved.tenant_id")}
-), carried AS (
+)""")
+    if parts.manifests:
+        insert = manifests.insert_sql("moved, batch b", "true", "moved.id", "moved.tenant_id")
+        ctes.append(f"manifests AS ({insert})")
+    queued = f"""
+    UNION ALL
+    SELECT pg_notify(%(runs_channel)s, '{TICKET}' || moved.id) FROM moved WHERE %(queued)s"""
+    ctes.append(f"""carried AS (
     SELECT %(carried)s || string_agg(
             b.seq || ' ' || b.type || ' ' || COALESCE(b.manifest, b.whole, b.data)::text,
             E'\\n' ORDER BY b.seq) AS payload
@@ -134,23 +147,43 @@ WITH moved AS ({moved}), renewed AS (
     SELECT pg_notify(%(events_channel)s, CASE
         WHEN octet_length(carried.payload) < {NOTIFY_LIMIT_SQL} THEN carried.payload
         ELSE %(payload)s END)
-    FROM moved, carried
-    UNION ALL
-    SELECT pg_notify(%(runs_channel)s, '{TICKET}' || moved.id) FROM moved WHERE %(queued)s
-)
-{result}
-"""
+    FROM moved, carried{queued if parts.queued else ""}
+)""")
+    return "WITH " + ", ".join(ctes) + "\n" + result + "\n"
 
 
-_APPEND = _append_sql(
-    _MOVE, "SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken"
-)
-# The same, for a caller that does not read the result: an append that moved no head raises
+@dataclass(frozen=True)
+class Parts:
+    """Which of an append statement's optional parts a batch needs.
+
+    Attributes:
+        snapshot: The run's snapshot is stored (`%(snapshot)s` is not NULL).
+        manifests: Some event of the batch has a manifest kept in its table.
+        queued: The run is queued: the workers are notified.
+    """
+
+    snapshot: bool
+    manifests: bool
+    queued: bool
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> Parts:
+        """The parts a batch's parameters (`server/events/log.py` `_params`) need."""
+        return cls(params["snapshot"] is not None, params["manifests"], params["queued"])
+
+
+_MOVED = "SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM woken) AS woken"
+# For a caller that does not read the result: an append that moved no head raises
 # (`NOT_APPENDED_SQLSTATE`), and the caller's transaction rolls back whole.
-_APPEND_UNREAD = _append_sql(
-    _MOVE,
-    "SELECT agentrt_appended((SELECT count(*) FROM moved), %(id)s, (SELECT count(*) FROM woken))",
+_RAISING = (
+    "SELECT agentrt_appended((SELECT count(*) FROM moved), %(id)s, (SELECT count(*) FROM woken))"
 )
+
+
+@functools.cache
+def _append(parts: Parts, unread: bool) -> str:
+    """The append statement with `parts`; `unread`: the one that raises instead (`_RAISING`)."""
+    return _append_sql(_MOVE, _RAISING if unread else _MOVED, parts)
 
 
 # The manifests of a batch stored by COPY, in its transaction.
@@ -170,13 +203,19 @@ def creating_statement(insert: str) -> str:
     the insert takes the place of the head's conditional update, and the run's row has one
     version where an insert and an update made two (docs/decisions/2011). The statement's
     one row is the run's, with `carried`: the notification's text of the events, whether or
-    not it fit in the notification.
+    not it fit in the notification. It stores no snapshot and no manifest (a run's first
+    events have none: `server/events/log.py` `append_creating`); it notifies the workers if
+    `%(queued)s`.
     """
     return _append_sql(
         insert,
         "SELECT moved.*, carried.payload AS carried, (SELECT count(*) FROM woken) AS woken"
         " FROM moved, carried",
+        _CREATING,
     )
+
+
+_CREATING = Parts(snapshot=False, manifests=False, queued=True)
 
 
 async def store_batch(
@@ -220,7 +259,7 @@ async def store_batch(
 
 
 async def _append_statement(conn: Conn, params: dict[str, Any]) -> bool:
-    cur = await conn.execute(_APPEND, params)
+    cur = await conn.execute(_append(Parts.of(params), unread=False), params)
     row = await cur.fetchone()
     return row is not None and row["moved"] == 1
 
@@ -241,7 +280,7 @@ async def _send_unread(
     The hooks' rows go out whether or not the head moves: if it does not, the append raises
     and the transaction, the rows included, rolls back.
     """
-    await conn.execute(_APPEND_UNREAD, params)
+    await conn.execute(_append(Parts.of(params), unread=True), params)
     if hooked:
         await _store_hooked(conn, params["id"], hooked)
 
