@@ -131,22 +131,16 @@ def head_of(run_id: str, row: Mapping[str, Any]) -> RunHead:
 # The events a stored snapshot lags behind, within the run's lifetime (see `READ_EVENTS`).
 # A manifest's stub is folded as it is stored: the snapshot takes nothing from a manifest.
 _TAIL = """
-SELECT seq, type, data FROM run_events
-WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upto)s
-  AND ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
+SELECT seq, type, data FROM agentrt_run_events(%(run)s, %(after)s, %(upto)s, NULL)
 ORDER BY seq
 """
 
 
 # The same events as one JSON array, for a statement that reads them with the run's row:
-# `{run}` and `{after}` are its SQL for the run's row and the stored snapshot's seq. The
-# bounds on `ts` leave out the log's days before the run and after its last change, as a
-# replay's do (`READ_EVENTS`).
+# `{run}` and `{after}` are its SQL for the run's row and the stored snapshot's seq. Read,
+# as a replay's are, from the days of the run's lifetime only (`READ_EVENTS`).
 TAIL_JSON = """(SELECT json_agg(json_build_object('seq', e.seq, 'type', e.type, 'data', e.data)
-    ORDER BY e.seq) FROM run_events e
-    WHERE e.run_id = {run}.id AND e.seq > COALESCE({after}, 0)
-      AND e.ts >= {run}.created_at - interval '1 day'
-      AND e.ts <= {run}.updated_at + interval '1 day')"""
+    ORDER BY e.seq) FROM agentrt_run_events({run}.id, COALESCE({after}, 0), NULL, NULL) e)"""
 
 
 async def fold_tail(
@@ -498,14 +492,13 @@ EVENT_DATA = f"""CASE {manifests.EVENT_DATA}
     ELSE e.data END"""
 
 
-# The bounds on `ts` let Postgres skip the daily partitions outside the run's lifetime (at
-# execution, from the run's row); a day of margin covers clock skew between hosts.
+# `agentrt_run_events` reads the log's daily partitions of the run's lifetime only: its
+# `created_at` and `updated_at`, with a day of margin for clock skew between hosts, bound
+# `ts` as values its plan starts with (migration 0052, docs/decisions/2058).
 READ_EVENTS = f"""
-SELECT e.seq, e.type, e.ts, ({EVENT_DATA})::text AS data FROM run_events e
-WHERE e.run_id = %(run)s AND e.seq > %(after)s
-  AND e.ts >= (SELECT created_at - interval '1 day' FROM runs WHERE id = %(run)s)
-  AND e.ts <= (SELECT updated_at + interval '1 day' FROM runs WHERE id = %(run)s)
-ORDER BY e.seq LIMIT %(limit)s
+SELECT e.seq, e.type, e.ts, ({EVENT_DATA})::text AS data
+FROM agentrt_run_events(%(run)s, %(after)s, NULL, %(limit)s) e
+ORDER BY e.seq
 """
 
 
