@@ -466,8 +466,8 @@ async def _apply_busy_policy(conn: Conn, who: Principal, conversation_id: str, p
     if policy == "enqueue":
         return
     cur = await conn.execute(
-        f"SELECT id, status FROM runs WHERE conversation_id = %s AND {status_in(IN_PROGRESS)}"
-        " ORDER BY created_at, id FOR NO KEY UPDATE",
+        f"SELECT id, status FROM runs WHERE conversation_id = %s AND {OPEN}"
+        f" AND {status_in(IN_PROGRESS)} ORDER BY created_at, id FOR NO KEY UPDATE",
         (conversation_id,),
     )
     busy = await cur.fetchall()
@@ -585,6 +585,12 @@ async def unpause(conn: Conn, run_id: str) -> None:
     )
 
 
+# A run in progress has no `finished_at` (the append that ends it sets it): the test lets a
+# read of a conversation's runs in progress use `runs_open_by_conversation` (docs/decisions/
+# 2059), which holds none of its finished runs; the status is tested as well.
+OPEN = "finished_at IS NULL"
+
+
 # Fair across users: the queued run whose user has the fewest active runs goes first, then
 # the oldest; a parent waiting for its children holds no worker, so it does not count. A
 # conversation runs one run at a time, in order (docs/decisions/0007). Only users holding
@@ -596,7 +602,7 @@ _CLAIMABLE = f"""
       AND COALESCE(ta.n, 0) < COALESCE(
           (%(overrides)s::jsonb -> r.tenant_id ->> 'tenantMaxActiveRuns')::int, %(tenant_max)s)
       AND NOT EXISTS (
-          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id
+          SELECT 1 FROM runs o WHERE o.conversation_id = r.conversation_id AND o.{OPEN}
             AND ({status_in(IN_PROGRESS - {RunStatus.QUEUED}, "o.status")}
                  OR (o.status = '{RunStatus.QUEUED.value}' AND o.created_at < r.created_at)))
       AND %(only)s
