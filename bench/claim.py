@@ -1,4 +1,5 @@
-"""Claim latency against the queue's length: 10 queued runs against 100,000.
+"""Claim latency against the queue's length (10 queued runs against 100,000), and against
+the length of the queued runs' conversations (10 queued, each after 1,000 finished runs).
 
 The queue is seeded with SQL (conversations, input messages, queued runs) spread over 1,000
 users of 10 tenants, with 50 runs already holding leases so that the per-user and per-tenant
@@ -21,17 +22,23 @@ import psycopg
 
 from bench.common import Figures, quantiles, run_async
 from server.db.pool import Conn, migrate, open_pool
-from server.runs.records import claim_next
-from server.runs.worker import _CLAIM_LOCK, claim_params
+from server.process import setup_checkpointer
+from server.runs.records import CLAIM_LOCK, claim_next
+from server.runs.worker import claim_params
 from server.settings import Settings
 
 USERS = 1_000
 TENANTS = 10
 LEASED = 50
+HISTORY = 1_000  # finished runs before each queued run, in its conversation
 
 
-def seed(database_url: str, queued: int) -> None:
-    """Replace the database's runs with `queued` queued runs and `LEASED` leased ones."""
+def seed(database_url: str, queued: int, history: int = 0) -> None:
+    """Replace the database's runs with `queued` queued runs and `LEASED` leased ones.
+
+    With `history`, each queued run's conversation has had that many runs before it, all
+    finished (completed, failed or cancelled).
+    """
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("TRUNCATE conversations CASCADE")
         total = queued + LEASED
@@ -59,6 +66,18 @@ def seed(database_url: str, queued: int) -> None:
             " FROM generate_series(1, %(n)s) i",
             {"t": TENANTS, "u": USERS, "n": total, "l": LEASED},
         )
+        if history:
+            conn.execute(
+                "INSERT INTO runs (id, conversation_id, tenant_id, user_id, model,"
+                " input_message_id, status, finished_at, created_at)"
+                " SELECT 'r' || i || '_' || h, 'c' || i, 't' || (i %% %(t)s),"
+                "  'u' || (i %% %(u)s), 'scripted:x', 'm' || i,"
+                "  (ARRAY['completed', 'failed', 'cancelled'])[1 + h %% 3],"
+                "  now() - interval '2 days' + h * interval '1 second',"
+                "  now() - interval '2 days' + h * interval '1 second'"
+                " FROM generate_series(%(l)s + 1, %(n)s) i, generate_series(1, %(h)s) h",
+                {"t": TENANTS, "u": USERS, "n": total, "l": LEASED, "h": history},
+            )
         conn.execute("VACUUM ANALYZE runs")
 
 
@@ -79,7 +98,7 @@ async def claims(pool: Any, settings: Settings, count: int) -> list[float]:
             conn_: Conn = conn
             started = time.perf_counter()
             async with conn_.transaction():
-                await conn_.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+                await conn_.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
                 claim = await claim_next(conn_, params)
             times.append(time.perf_counter() - started)
             if claim is None:
@@ -90,16 +109,17 @@ async def claims(pool: Any, settings: Settings, count: int) -> list[float]:
     return times
 
 
-async def measure(database_url: str, quick: bool) -> dict[int, list[float]]:
-    """Claim latencies at each queue length."""
+async def measure(database_url: str, quick: bool) -> dict[tuple[int, int], list[float]]:
+    """Claim latencies at each queue length, and with each queued run's history."""
     settings = Settings(_env_file=None, DATABASE_URL=database_url)  # type: ignore[call-arg]
-    out: dict[int, list[float]] = {}
+    out: dict[tuple[int, int], list[float]] = {}
     async with open_pool(database_url, settings) as pool:
         await migrate(pool)
-        for queued in (10, 10_000 if quick else 100_000):
-            await asyncio.to_thread(seed, database_url, queued)
+        await setup_checkpointer(pool)  # as a worker's process does: the claim reads its table
+        for queued, history in ((10, 0), (10_000 if quick else 100_000, 0), (10, HISTORY)):
+            await asyncio.to_thread(seed, database_url, queued, history)
             await claims(pool, settings, 20)  # warm the prepared statement and the cache
-            out[queued] = await claims(pool, settings, 50 if quick else 300)
+            out[queued, history] = await claims(pool, settings, 50 if quick else 300)
     return out
 
 
@@ -116,13 +136,18 @@ def main(database_url: str, quick: bool) -> Figures:
     fig.add("")
     fig.add("| queued runs | claim p50 | claim p95 | ratio to 10 queued | target |")
     fig.add("|---|---|---|---|---|")
-    small = statistics.median(latencies[10])
-    for queued, values in latencies.items():
+    small = statistics.median(latencies[10, 0])
+    for (queued, history), values in latencies.items():
         q = quantiles(values)
         ratio = q["p50"] / small
-        target = "" if queued == 10 else f"≤ 2x {'**met**' if ratio <= 2 else '**missed**'}"
+        if history:
+            label = f"{queued:,}, each after {history:,} finished runs of its conversation"
+            target = "context: flat as conversations grow"
+        else:
+            label = f"{queued:,}"
+            target = "" if queued == 10 else f"≤ 2x {'**met**' if ratio <= 2 else '**missed**'}"
         fig.add(
-            f"| {queued:,} | {q['p50'] * 1e3:.2f} ms | {q['p95'] * 1e3:.2f} ms"
+            f"| {label} | {q['p50'] * 1e3:.2f} ms | {q['p95'] * 1e3:.2f} ms"
             f" | {ratio:.2f}x | {target} |"
         )
     return fig
