@@ -25,6 +25,7 @@ BENCHMARKS = [
     "durability",
     "first_event",
     "answer_length",
+    "conversation_length",
     "long_run",
     "fanout",
     "idle",
