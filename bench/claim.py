@@ -1,5 +1,7 @@
-"""Claim latency against the queue's length (10 queued runs against 100,000), and against
-the length of the queued runs' conversations (10 queued, each after 1,000 finished runs).
+"""Claim latency against the queue's length, and against its runs' conversations' length.
+
+10 queued runs against 100,000; and 10 queued runs, each after 1,000 finished runs of its
+conversation.
 
 The queue is seeded with SQL (conversations, input messages, queued runs) spread over 1,000
 users of 10 tenants, with 50 runs already holding leases so that the per-user and per-tenant

@@ -46,7 +46,9 @@ class Window:
     latency: float
 
 
-async def window(ep: Endpoint, procs: list[Proc], url: str, convs: list[str], before: int) -> Window:
+async def window(
+    ep: Endpoint, procs: list[Proc], url: str, convs: list[str], before: int
+) -> Window:
     """Run one run in each of `convs` (one at a time); return the window's figures."""
     cpu, pg = sum(p.cpu_seconds() for p in procs), postgres_cpu_seconds(url)
     latencies = [await agentrt_run(ep, conv) for conv in convs]
