@@ -62,10 +62,16 @@ KEPT = (
 )
 # A stateless run's thread marked for deletion lives at most this long before its run exists.
 ORPHAN_THREAD_S = 3600.0
-_SELECT = (
-    "SELECT r.*, EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id"
-    " AND e.type = 'graph.interrupted') AS interrupted FROM runs r"
+# Whether a run of `runs r` stopped at an interrupt (its log holds `graph.interrupted`): read
+# only for a completed run, the one status it changes (`lg_status`), and only in the log's
+# days of the run's life, whose bounds Postgres prunes the other days' partitions by.
+INTERRUPTED = (
+    "CASE WHEN r.status = 'completed' THEN EXISTS (SELECT 1 FROM run_events e"
+    " WHERE e.run_id = r.id AND e.type = 'graph.interrupted'"
+    " AND e.ts >= r.created_at - interval '1 day' AND e.ts <= r.updated_at + interval '1 day')"
+    " ELSE false END AS interrupted"
 )
+_SELECT = f"SELECT r.*, {INTERRUPTED} FROM runs r"
 
 
 def lg_status(run: Run, interrupted: bool) -> str:

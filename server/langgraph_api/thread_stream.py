@@ -17,7 +17,7 @@ from server.db.pool import Pool
 from server.domain import TERMINAL, Run, parse_seq, status_in
 from server.errors import InvalidGraphRequestError
 from server.events.notify import Notifier
-from server.langgraph_api.runs import lg_status
+from server.langgraph_api.runs import INTERRUPTED, lg_status
 from server.langgraph_api.stream import graph_stream, sse
 
 THREAD_MODES = ("run_modes", "lifecycle")
@@ -98,8 +98,7 @@ async def _ended(pool: Pool, run_id: str) -> str:
     """Return the LangGraph status a run ended with."""
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT r.*, EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id"
-            " AND e.type = 'graph.interrupted') AS interrupted FROM runs r WHERE r.id = %s",
+            f"SELECT r.*, {INTERRUPTED} FROM runs r WHERE r.id = %s",
             (run_id,),
         )
         row = await cur.fetchone()
