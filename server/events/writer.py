@@ -463,7 +463,8 @@ async def _stored_here(conn: Conn, head: RunHead, batch: list[NewEvent], upto: i
     (server/events/plans.py); that one is not in the batch.
     """
     cur = await conn.execute(
-        "SELECT type FROM run_events WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq",
+        # From the days of the run's life only (docs/decisions/2058).
+        "SELECT type FROM agentrt_run_events(%s, %s, %s, NULL) ORDER BY seq",
         (head.run_id, head.seq, min(upto, head.seq + len(batch) + 1)),
     )
     found = [r["type"] for r in await cur.fetchall()]

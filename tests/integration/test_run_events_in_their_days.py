@@ -1,8 +1,8 @@
 """A run's events are read from the days of its lifetime, whatever the log's partitions.
 
-Reads of a run's log (a replay, the fold of a stored snapshot's tail, the claim's tail) go
-through `agentrt_run_events`, which bounds `ts` by the run's lifetime with values its plan
-starts with (docs/decisions/2058).
+Reads of a run's log (a replay, the fold of a stored snapshot's tail, the claim's tail, the
+writer's check after a commit in doubt) go through `agentrt_run_events`, which bounds `ts`
+by the run's lifetime with values its plan starts with (docs/decisions/2058).
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from graphs.events import EventType
 from server.db.pool import Pool
-from server.events.log import load_head, read_events
+from server.events.log import NewEvent, append_events, load_head, read_events
+from server.events.writer import _stored_here
 from server.lifecycle.retention import ensure_partitions
-from tests.integration.test_eventlog import new_run
+from tests.integration.test_eventlog import claim, new_run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,3 +80,16 @@ async def test_the_read_keeps_its_generic_plan(pool: Pool) -> None:
             "SELECT proconfig FROM pg_proc WHERE proname = 'agentrt_run_events'"
         )
         assert (await cur.fetchone())["proconfig"] == ["plan_cache_mode=force_generic_plan"]
+
+
+async def test_the_writers_check_after_a_commit_in_doubt_finds_the_batch(pool: Pool) -> None:
+    """After a commit whose outcome was lost, the writer reads whether its batch is stored."""
+    run_id = await new_run(pool)
+    generation = await claim(pool, run_id)
+    batch = [NewEvent(EventType.GRAPH_CHUNK, {"n": 1}), NewEvent(EventType.GRAPH_CHUNK, {"n": 2})]
+    async with pool.connection() as conn:
+        before = await load_head(conn, run_id, lock=False)
+        after, _ = await append_events(conn, run_id, batch, generation=generation, head=before)
+        assert await _stored_here(conn, before, batch, after.seq)
+        other = [NewEvent(EventType.RUN_COMPLETED, {})]
+        assert not await _stored_here(conn, before, other, after.seq)
